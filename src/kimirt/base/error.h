@@ -1,0 +1,50 @@
+// Errors with context. Every failure that a user can cause (a malformed file, a missing tensor, a bad
+// request) is reported as a kimirt::Error whose message names the file, tensor or field at fault.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace kimirt {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+template <typename... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+// Runs fn(); an Error thrown inside gets `context` prepended ("context: message"), so that a low-level
+// reader need not know which checkpoint, layer or request it is serving.
+template <typename Fn>
+decltype(auto) with_context(const std::string& context, Fn&& fn) {
+  try {
+    return std::forward<Fn>(fn)();
+  } catch (const Error& e) {
+    throw Error(context + ": " + e.what());
+  }
+}
+
+}  // namespace kimirt
+
+// KIMIRT_CHECK(cond, "format {}", args...): fails with the formatted message when cond is false.
+#define KIMIRT_CHECK(cond, ...)          \
+  do {                                   \
+    if (!(cond)) [[unlikely]] {          \
+      ::kimirt::fail(__VA_ARGS__);       \
+    }                                    \
+  } while (0)
+
+// For invariants of the code itself (not of its input): names the source line.
+#define KIMIRT_ASSERT(cond)                                                                  \
+  do {                                                                                       \
+    if (!(cond)) [[unlikely]] {                                                              \
+      ::kimirt::fail("internal error: {} failed at {}:{}", #cond, __FILE__, __LINE__);       \
+    }                                                                                        \
+  } while (0)
