@@ -1,0 +1,108 @@
+#include "kimirt/runtime/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "kimirt/base/error.h"
+
+namespace kimirt::runtime {
+namespace {
+
+TEST(Sampler, GreedyTiesGoToLowestId) {
+  SamplingParams p;
+  Sampler s(p, {});
+  std::vector<float> logits = {0.1f, 2.0f, 2.0f, -1.0f};
+  EXPECT_EQ(s.sample(logits), 1);
+}
+
+TEST(Sampler, RepetitionPenaltyFollowsHuggingFace) {
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  const int32_t prompt[] = {0, 1};
+  Sampler s(p, prompt);
+  // 3.0 / 2 = 1.5 < 2.0 (token 2) and -1 * 2 = -2: token 2 wins.
+  std::vector<float> logits = {3.0f, -1.0f, 2.0f};
+  EXPECT_EQ(s.sample(logits), 2);
+  EXPECT_FLOAT_EQ(logits[0], 1.5f);
+  EXPECT_FLOAT_EQ(logits[1], -2.0f);
+}
+
+TEST(Sampler, PresenceAndFrequencyPenaltiesCountGeneratedTokens) {
+  SamplingParams p;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  Sampler s(p, {});
+  s.record(1);
+  s.record(1);
+  std::vector<float> logits = {1.0f, 1.9f};
+  // 1.9 - 0.5 - 2 * 0.25 = 0.9 < 1.0
+  EXPECT_EQ(s.sample(logits), 0);
+  EXPECT_FLOAT_EQ(logits[1], 0.9f);
+}
+
+TEST(Sampler, TopKOneIsGreedy) {
+  SamplingParams p;
+  p.temperature = 1.5f;
+  p.top_k = 1;
+  p.seed = 3;
+  Sampler s(p, {});
+  for (int i = 0; i < 20; ++i) {
+    std::vector<float> logits = {0.0f, 0.3f, 0.2f};
+    EXPECT_EQ(s.sample(logits), 1);
+  }
+}
+
+TEST(Sampler, SameSeedSameTokensAndFrequenciesFollowSoftmax) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  const std::vector<float> base = {0.0f, std::log(3.0f)};  // p = 1/4, 3/4
+  Sampler a(p, {}), b(p, {});
+  std::map<int, int> counts;
+  for (int i = 0; i < 4000; ++i) {
+    auto la = base, lb = base;
+    const int32_t ta = a.sample(la);
+    ASSERT_EQ(ta, b.sample(lb));
+    counts[ta]++;
+  }
+  EXPECT_NEAR(counts[1] / 4000.0, 0.75, 0.03);
+}
+
+TEST(Sampler, TopPAndMinPCut) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.5f;  // the first candidate alone (p = 0.6) reaches 0.5
+  Sampler s(p, {});
+  for (int i = 0; i < 50; ++i) {
+    std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
+    EXPECT_EQ(s.sample(logits), 0);
+  }
+  SamplingParams q;
+  q.temperature = 1.0f;
+  q.min_p = 0.4f;  // keeps p >= 0.24: tokens 0 and 1 only
+  q.seed = 9;
+  Sampler t(q, {});
+  for (int i = 0; i < 200; ++i) {
+    std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
+    EXPECT_NE(t.sample(logits), 2);
+  }
+}
+
+TEST(Sampler, InvalidParamsNameTheField) {
+  SamplingParams p;
+  p.top_p = 0.0f;
+  try {
+    Sampler s(p, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("top_p"), std::string::npos);
+  }
+  p = {};
+  p.temperature = -1.0f;
+  EXPECT_THROW(Sampler(p, {}), Error);
+}
+
+}  // namespace
+}  // namespace kimirt::runtime
