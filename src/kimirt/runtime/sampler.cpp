@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "kimirt/base/error.h"
+#include "kimirt/cpu/lm_head.h"
 
 namespace kimirt::runtime {
 
@@ -20,15 +21,6 @@ void SamplingParams::validate() const {
   KIMIRT_CHECK(std::isfinite(frequency_penalty) && frequency_penalty >= -2.0f && frequency_penalty <= 2.0f,
                "frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
   KIMIRT_CHECK(max_tokens >= 0, "max_tokens must be >= 0, got {}", max_tokens);
-}
-
-int32_t argmax(std::span<const float> values) {
-  KIMIRT_CHECK(!values.empty(), "argmax of an empty row");
-  size_t best = 0;
-  for (size_t i = 1; i < values.size(); ++i) {
-    if (values[i] > values[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
 }
 
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt_ids)
@@ -75,7 +67,8 @@ int32_t Sampler::sample(std::span<float> logits) {
   apply_penalties(logits);
   int32_t token;
   if (params_.greedy()) {
-    token = argmax(logits);
+    // Ties go to the lowest id: the rule the golden greedy ids follow.
+    token = cpu::argmax(logits.data(), static_cast<int64_t>(logits.size()));
   } else {
     // Candidates sorted by logit (ties: lower id first, so the order is deterministic).
     std::vector<int32_t> order(logits.size());

@@ -32,7 +32,4 @@ class Sampler {
   std::vector<uint8_t> seen_mask_;
 };
 
-// Index of the largest value; ties go to the lowest index (the rule golden greedy ids follow).
-int32_t argmax(std::span<const float> values);
-
 }  // namespace kimirt::runtime

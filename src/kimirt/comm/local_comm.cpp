@@ -1,0 +1,239 @@
+#include "kimirt/comm/local_comm.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "kimirt/base/error.h"
+#include "kimirt/tensor/float_convert.h"
+
+namespace kimirt {
+
+// What the ranks of one group share: a reusable barrier and one published slot per rank.
+class LocalCommGroup {
+ public:
+  explicit LocalCommGroup(int size) : size_(size), slots_(static_cast<size_t>(size)) {}
+
+  struct Slot {
+    const void* send = nullptr;
+    void* recv = nullptr;
+    std::span<const size_t> counts;  // all_to_all_v send counts
+    int color = 0;
+    int key = 0;
+  };
+
+  int size() const { return size_; }
+  Slot& slot(int rank) { return slots_[static_cast<size_t>(rank)]; }
+
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != generation; });
+    }
+  }
+
+  // The subgroup of `color` from the split numbered `split_id`, created by whichever member asks first.
+  std::shared_ptr<LocalCommGroup> subgroup(uint64_t split_id, int color, int members) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& group = subgroups_[{split_id, color}];
+    if (!group) group = std::make_shared<LocalCommGroup>(members);
+    return group;
+  }
+  // Each rank numbers its own splits; as every rank calls split in the same order, the numbers agree.
+  uint64_t next_split_id(int rank) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return split_counts_[rank]++;
+  }
+
+ private:
+  int size_;
+  std::vector<Slot> slots_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  std::map<std::pair<uint64_t, int>, std::shared_ptr<LocalCommGroup>> subgroups_;
+  std::map<int, uint64_t> split_counts_;
+};
+
+namespace {
+
+size_t bytes_of(size_t count, DType dtype) {
+  auto bytes = dtype_bytes(dtype, count);
+  KIMIRT_CHECK(bytes.has_value(), "comm: {} elements of {} are not a whole number of bytes", count,
+               dtype_name(dtype));
+  return static_cast<size_t>(*bytes);
+}
+
+// dst[i] = Σ_r srcs[r][offset + i] in rank order.
+void sum_into(DType dtype, const std::vector<const void*>& srcs, size_t offset, size_t count, void* dst) {
+  switch (dtype) {
+    case DType::kF32: {
+      auto* d = static_cast<float*>(dst);
+      for (size_t i = 0; i < count; ++i) {
+        float acc = 0.0f;
+        for (const void* s : srcs) acc += static_cast<const float*>(s)[offset + i];
+        d[i] = acc;
+      }
+      return;
+    }
+    case DType::kF64: {
+      auto* d = static_cast<double*>(dst);
+      for (size_t i = 0; i < count; ++i) {
+        double acc = 0.0;
+        for (const void* s : srcs) acc += static_cast<const double*>(s)[offset + i];
+        d[i] = acc;
+      }
+      return;
+    }
+    case DType::kBF16: {
+      // Accumulate in fp32 and round once, as NCCL's bf16 sum does per step at best.
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < count; ++i) {
+        float acc = 0.0f;
+        for (const void* s : srcs) acc += bf16_to_f32(static_cast<const uint16_t*>(s)[offset + i]);
+        d[i] = f32_to_bf16(acc);
+      }
+      return;
+    }
+    case DType::kI32: {
+      auto* d = static_cast<int32_t*>(dst);
+      for (size_t i = 0; i < count; ++i) {
+        int64_t acc = 0;
+        for (const void* s : srcs) acc += static_cast<const int32_t*>(s)[offset + i];
+        d[i] = static_cast<int32_t>(acc);
+      }
+      return;
+    }
+    case DType::kI64: {
+      auto* d = static_cast<int64_t*>(dst);
+      for (size_t i = 0; i < count; ++i) {
+        int64_t acc = 0;
+        for (const void* s : srcs) acc += static_cast<const int64_t*>(s)[offset + i];
+        d[i] = acc;
+      }
+      return;
+    }
+    default: fail("comm: sum of {} is not supported", dtype_name(dtype));
+  }
+}
+
+}  // namespace
+
+std::vector<std::unique_ptr<LocalComm>> LocalComm::create_group(int size) {
+  KIMIRT_CHECK(size >= 1, "comm: group size must be >= 1, got {}", size);
+  auto group = std::make_shared<LocalCommGroup>(size);
+  std::vector<std::unique_ptr<LocalComm>> comms;
+  for (int r = 0; r < size; ++r) comms.push_back(std::make_unique<LocalComm>(group, r));
+  return comms;
+}
+
+LocalComm::LocalComm(std::shared_ptr<LocalCommGroup> group, int rank) : group_(std::move(group)), rank_(rank) {
+  KIMIRT_CHECK(rank >= 0 && rank < group_->size(), "comm: rank {} outside a group of {}", rank, group_->size());
+}
+
+LocalComm::~LocalComm() = default;
+
+int LocalComm::size() const { return group_->size(); }
+
+void LocalComm::barrier() { group_->arrive_and_wait(); }
+
+void LocalComm::all_reduce_sum(void* buf, size_t count, DType dtype, void*) {
+  ++num_all_reduces_;
+  const size_t bytes = bytes_of(count, dtype);
+  group_->slot(rank_).send = buf;
+  barrier();
+  std::vector<const void*> srcs;
+  for (int r = 0; r < size(); ++r) srcs.push_back(group_->slot(r).send);
+  std::vector<uint8_t> result(bytes);
+  sum_into(dtype, srcs, 0, count, result.data());
+  barrier();  // everyone has read every buffer: now each may overwrite its own
+  if (bytes) std::memcpy(buf, result.data(), bytes);
+  barrier();
+}
+
+void LocalComm::all_gather(const void* send, void* recv, size_t count, DType dtype, void*) {
+  const size_t bytes = bytes_of(count, dtype);
+  group_->slot(rank_).send = send;
+  barrier();
+  for (int r = 0; r < size(); ++r) {
+    if (bytes) std::memmove(static_cast<uint8_t*>(recv) + static_cast<size_t>(r) * bytes, group_->slot(r).send, bytes);
+  }
+  barrier();
+}
+
+void LocalComm::reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype, void*) {
+  group_->slot(rank_).send = send;
+  barrier();
+  std::vector<const void*> srcs;
+  for (int r = 0; r < size(); ++r) srcs.push_back(group_->slot(r).send);
+  std::vector<uint8_t> result(bytes_of(count, dtype));
+  sum_into(dtype, srcs, static_cast<size_t>(rank_) * count, count, result.data());
+  barrier();
+  if (!result.empty()) std::memcpy(recv, result.data(), result.size());
+  barrier();
+}
+
+void LocalComm::all_to_all_v(const void* send, std::span<const size_t> send_counts, void* recv,
+                             std::span<const size_t> recv_counts, DType dtype, void*) {
+  const auto n = static_cast<size_t>(size());
+  KIMIRT_CHECK(send_counts.size() == n && recv_counts.size() == n,
+               "comm: all_to_all_v needs {} send and recv counts, got {} and {}", n, send_counts.size(),
+               recv_counts.size());
+  auto& mine = group_->slot(rank_);
+  mine.send = send;
+  mine.counts = send_counts;
+  barrier();
+  size_t recv_offset = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const auto& peer = group_->slot(static_cast<int>(r));
+    size_t send_offset = 0;
+    for (int d = 0; d < rank_; ++d) send_offset += peer.counts[static_cast<size_t>(d)];
+    const size_t count = peer.counts[static_cast<size_t>(rank_)];
+    KIMIRT_CHECK(count == recv_counts[r], "comm: rank {} sends {} elements to rank {}, which expects {}", r, count,
+                 rank_, recv_counts[r]);
+    const size_t bytes = bytes_of(count, dtype);
+    if (bytes) {
+      std::memcpy(static_cast<uint8_t*>(recv) + bytes_of(recv_offset, dtype),
+                  static_cast<const uint8_t*>(peer.send) + bytes_of(send_offset, dtype), bytes);
+    }
+    recv_offset += count;
+  }
+  barrier();
+}
+
+void LocalComm::broadcast(void* buf, size_t count, DType dtype, int root, void*) {
+  KIMIRT_CHECK(root >= 0 && root < size(), "comm: broadcast root {} outside a group of {}", root, size());
+  group_->slot(rank_).send = buf;
+  barrier();
+  if (rank_ != root && count) std::memcpy(buf, group_->slot(root).send, bytes_of(count, dtype));
+  barrier();
+}
+
+std::unique_ptr<Comm> LocalComm::split(int color, int key) {
+  auto& mine = group_->slot(rank_);
+  mine.color = color;
+  mine.key = key;
+  const uint64_t split_id = group_->next_split_id(rank_);
+  barrier();
+  std::vector<std::pair<int, int>> members;  // (key, rank) of my color
+  for (int r = 0; r < size(); ++r) {
+    if (group_->slot(r).color == color) members.emplace_back(group_->slot(r).key, r);
+  }
+  std::sort(members.begin(), members.end());
+  const int new_rank = static_cast<int>(
+      std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.second == rank_; }) -
+      members.begin());
+  auto sub = group_->subgroup(split_id, color, static_cast<int>(members.size()));
+  barrier();
+  return std::make_unique<LocalComm>(std::move(sub), new_rank);
+}
+
+}  // namespace kimirt

@@ -1,0 +1,93 @@
+#include "kimirt/comm/local_comm.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "kimirt/base/error.h"
+
+namespace kimirt {
+namespace {
+
+// Runs fn(comm) on one thread per rank; rethrows the first failure.
+void run_ranks(int size, const std::function<void(Comm&)>& fn) {
+  auto comms = LocalComm::create_group(size);
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(*comms[static_cast<size_t>(r)]);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+TEST(LocalComm, AllReduceIsInPlaceAndIdenticalOnEveryRank) {
+  run_ranks(4, [](Comm& c) {
+    std::vector<float> v = {1.0f * static_cast<float>(c.rank()), 0.5f, -2.0f};
+    c.all_reduce_sum(v.data(), v.size(), DType::kF32);
+    EXPECT_EQ(v, (std::vector<float>{6.0f, 2.0f, -8.0f}));
+    EXPECT_EQ(c.num_all_reduces(), 1u);
+  });
+}
+
+TEST(LocalComm, GatherScatterAllToAllBroadcast) {
+  run_ranks(3, [](Comm& c) {
+    const int r = c.rank();
+    std::vector<int32_t> send = {r, 10 * r};
+    std::vector<int32_t> gathered(6);
+    c.all_gather(send.data(), gathered.data(), 2, DType::kI32);
+    EXPECT_EQ(gathered, (std::vector<int32_t>{0, 0, 1, 10, 2, 20}));
+
+    std::vector<float> blocks = {1.0f, 2.0f, 3.0f};  // block b = b + 1 on every rank
+    float mine = 0.0f;
+    c.reduce_scatter_sum(blocks.data(), &mine, 1, DType::kF32);
+    EXPECT_EQ(mine, 3.0f * static_cast<float>(r + 1));
+
+    // Rank r sends r+1 copies of its id to every rank.
+    const size_t n = static_cast<size_t>(r + 1);
+    std::vector<int64_t> out(3 * n, r);
+    std::vector<size_t> send_counts(3, n), recv_counts = {1, 2, 3};
+    std::vector<int64_t> in(6, -1);
+    c.all_to_all_v(out.data(), send_counts, in.data(), recv_counts, DType::kI64);
+    EXPECT_EQ(in, (std::vector<int64_t>{0, 1, 1, 2, 2, 2}));
+
+    int64_t value = r == 2 ? 77 : 0;
+    c.broadcast(&value, 1, DType::kI64, 2);
+    EXPECT_EQ(value, 77);
+  });
+}
+
+TEST(LocalComm, SplitMakesIndependentSubgroups) {
+  run_ranks(4, [](Comm& c) {
+    auto sub = c.split(c.rank() % 2, c.rank());
+    EXPECT_EQ(sub->size(), 2);
+    EXPECT_EQ(sub->rank(), c.rank() / 2);
+    float v = static_cast<float>(c.rank());
+    sub->all_reduce_sum(&v, 1, DType::kF32);
+    EXPECT_EQ(v, c.rank() % 2 == 0 ? 2.0f : 4.0f);  // {0,2} and {1,3}
+  });
+}
+
+TEST(LocalComm, MismatchedAllToAllCountsAreAnError) {
+  EXPECT_THROW(run_ranks(2,
+                         [](Comm& c) {
+                           std::vector<float> buf(4, 0.0f), in(4);
+                           std::vector<size_t> send = {1, 1};
+                           std::vector<size_t> recv = {2, 2};  // expects more than is sent
+                           c.all_to_all_v(buf.data(), send, in.data(), recv, DType::kF32);
+                         }),
+               Error);
+}
+
+}  // namespace
+}  // namespace kimirt
