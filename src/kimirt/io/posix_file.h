@@ -1,0 +1,57 @@
+// Thin POSIX helpers shared by the reader and the writer: an owning file descriptor and read/write loops
+// that survive short transfers and EINTR. They report errno rather than throwing, so each caller can
+// raise its own error naming its file and tensor.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kimirt::io {
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = other.release();
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+struct IoResult {
+  uint64_t bytes = 0;  // transferred before EOF or the error
+  int error = 0;       // errno, 0 when none
+};
+
+// Reads n bytes at offset, looping over short reads and EINTR. bytes < n with error == 0 means EOF.
+IoResult pread_full(int fd, void* dst, uint64_t n, uint64_t offset);
+// Writes all n bytes at the current position, looping over short writes and EINTR.
+IoResult write_full(int fd, const void* src, uint64_t n);
+
+// Reads a whole (small) file into `out`. Returns 0, an errno, or EFBIG when it has more than max_bytes.
+int read_whole_file(const char* path, uint64_t max_bytes, std::string& out);
+
+// strerror text for an errno value (thread-safe).
+std::string errno_text(int error);
+
+}  // namespace kimirt::io

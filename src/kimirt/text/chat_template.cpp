@@ -1,0 +1,182 @@
+// Rendering goes through segments (special token / plain text) so that render() and encode() cannot
+// disagree, and so that encode() can keep message text from ever becoming control tokens.
+#include "kimirt/text/chat_template.h"
+
+#include "kimirt/base/error.h"
+
+namespace kimirt::text {
+namespace {
+
+// ---- Policy: the choices the documentation leaves open, made once, here. ------------------------------
+// BOS: neither family's prompt starts with [BOS]. Kimi K2's published template (which Kimi Linear's
+//   follows) emits none; for K3 it is UNKNOWN (spec §6, §10). A caller that wants one prepends bos_id().
+// Default system prompt: K2's template inserts this one when the first message is not a system message;
+//   we do the same for Kimi Linear. K3 has no documented default, so none is inserted.
+constexpr std::string_view kKimiLinearDefaultSystem = "You are Kimi, an AI assistant created by Moonshot AI.";
+// Reasoning: Kimi Linear has no thinking channel, so `thinking` and ChatMessage::reasoning are ignored.
+//   K3 renders an assistant message's reasoning in a think channel whenever it is non-empty (history
+//   included); a caller that wants old reasoning dropped clears it.
+// Attribute escaping (K3 `role="…"`): UNKNOWN, so nothing is escaped; instead roles and names are
+//   restricted to [A-Za-z0-9_.-], which never needs escaping. K3 has no documented place for `name`: it is
+//   not rendered there.
+// Layout: no newlines between blocks (the released K2 template and the XTML figure have none).
+// ----------------------------------------------------------------------------------------------------------
+
+constexpr std::string_view kImSystem = "<|im_system|>";
+constexpr std::string_view kImUser = "<|im_user|>";
+constexpr std::string_view kImAssistant = "<|im_assistant|>";
+constexpr std::string_view kImMiddle = "<|im_middle|>";
+constexpr std::string_view kImEnd = "<|im_end|>";
+constexpr std::string_view kOpen = "<|open|>";
+constexpr std::string_view kClose = "<|close|>";
+constexpr std::string_view kSep = "<|sep|>";
+constexpr std::string_view kEndOfMsg = "<|end_of_msg|>";
+
+class SegmentBuilder {
+ public:
+  void special(std::string_view token) { segments_.push_back({true, std::string(token)}); }
+  void text(std::string_view text) {
+    if (text.empty()) return;
+    if (!segments_.empty() && !segments_.back().special) {
+      segments_.back().text.append(text);
+    } else {
+      segments_.push_back({false, std::string(text)});
+    }
+  }
+  std::vector<ChatSegment> take() { return std::move(segments_); }
+
+ private:
+  std::vector<ChatSegment> segments_;
+};
+
+bool is_label_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+}
+
+void check_label(std::string_view value, size_t index, const char* field, bool required) {
+  if (value.empty()) {
+    KIMIRT_CHECK(!required, "chat message {}: {} is empty", index, field);
+    return;
+  }
+  for (const char c : value) {
+    KIMIRT_CHECK(is_label_char(c), "chat message {}: {} \"{}\" may only contain letters, digits, '_', '-' and '.'",
+                 index, field, value.substr(0, 40));
+  }
+}
+
+void check_message(const ChatMessage& m, size_t index) {
+  check_label(m.role, index, "role", true);
+  check_label(m.name, index, "name", false);
+  KIMIRT_CHECK(m.reasoning.empty() || m.role == "assistant",
+               "chat message {}: role \"{}\" has reasoning, which only assistant messages carry", index, m.role);
+}
+
+void render_kimi_linear(SegmentBuilder& out, std::span<const ChatMessage> messages, bool add_generation_prompt) {
+  if (!messages.empty() && messages[0].role != "system") {
+    out.special(kImSystem);
+    out.text("system");
+    out.special(kImMiddle);
+    out.text(kKimiLinearDefaultSystem);
+    out.special(kImEnd);
+  }
+  for (const auto& m : messages) {
+    out.special(m.role == "user" ? kImUser : m.role == "assistant" ? kImAssistant : kImSystem);
+    out.text(m.name.empty() ? m.role : m.name);
+    out.special(kImMiddle);
+    out.text(m.content);
+    out.special(kImEnd);
+  }
+  if (add_generation_prompt) {
+    out.special(kImAssistant);
+    out.text("assistant");
+    out.special(kImMiddle);
+  }
+}
+
+// <|open|>TAG<|sep|> ... <|close|>TAG<|sep|>; `open_tag` may carry attributes.
+void open_block(SegmentBuilder& out, std::string_view open_tag) {
+  out.special(kOpen);
+  out.text(open_tag);
+  out.special(kSep);
+}
+
+void close_block(SegmentBuilder& out, std::string_view tag) {
+  out.special(kClose);
+  out.text(tag);
+  out.special(kSep);
+}
+
+void render_k3(SegmentBuilder& out, std::span<const ChatMessage> messages, bool add_generation_prompt, bool thinking) {
+  for (const auto& m : messages) {
+    open_block(out, "message role=\"" + m.role + "\"");
+    if (m.role == "assistant") {
+      if (!m.reasoning.empty()) {
+        open_block(out, "think");
+        out.text(m.reasoning);
+        close_block(out, "think");
+      }
+      open_block(out, "response");
+      out.text(m.content);
+      close_block(out, "response");
+    } else {
+      out.text(m.content);
+    }
+    close_block(out, "message");
+    out.special(kEndOfMsg);
+  }
+  if (add_generation_prompt) {
+    open_block(out, "message role=\"assistant\"");
+    open_block(out, thinking ? "think" : "response");
+  }
+}
+
+}  // namespace
+
+std::string_view chat_family_name(ChatFamily family) {
+  return family == ChatFamily::kKimiK3 ? "kimi_k3" : "kimi_linear";
+}
+
+std::vector<ChatSegment> ChatTemplate::segments(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                                bool thinking) const {
+  for (size_t i = 0; i < messages.size(); ++i) check_message(messages[i], i);
+  SegmentBuilder out;
+  if (family_ == ChatFamily::kKimiK3) {
+    render_k3(out, messages, add_generation_prompt, thinking);
+  } else {
+    render_kimi_linear(out, messages, add_generation_prompt);
+  }
+  return out.take();
+}
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                 bool thinking) const {
+  std::string text;
+  for (const auto& segment : segments(messages, add_generation_prompt, thinking)) text.append(segment.text);
+  return text;
+}
+
+std::vector<TokenId> ChatTemplate::encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                                          bool add_generation_prompt, bool thinking) const {
+  std::vector<TokenId> ids;
+  for (const auto& segment : segments(messages, add_generation_prompt, thinking)) {
+    if (segment.special) {
+      ids.push_back(tokenizer.special_id(segment.text));
+    } else {
+      tokenizer.encode_append(segment.text, /*allow_special=*/false, ids);
+    }
+  }
+  return ids;
+}
+
+std::vector<std::string> ChatTemplate::end_of_turn_tokens() const {
+  if (family_ == ChatFamily::kKimiK3) return {std::string(kEndOfMsg)};
+  return {std::string(kImEnd)};
+}
+
+std::vector<TokenId> ChatTemplate::end_of_turn_ids(const Tokenizer& tokenizer) const {
+  std::vector<TokenId> ids;
+  for (const auto& token : end_of_turn_tokens()) ids.push_back(tokenizer.special_id(token));
+  return ids;
+}
+
+}  // namespace kimirt::text

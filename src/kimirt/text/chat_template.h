@@ -1,0 +1,68 @@
+// Chat templates of the two Kimi families, written from their documented formats (spec §6, §7) rather
+// than by interpreting a Jinja file:
+//
+//   Kimi Linear (K2-style):  <|im_system|>system<|im_middle|>…<|im_end|><|im_user|>user<|im_middle|>…<|im_end|>
+//                            <|im_assistant|>assistant<|im_middle|>…<|im_end|>
+//   Kimi K3 (XTML):          <|open|>message role="user"<|sep|>…<|close|>message<|sep|><|end_of_msg|>
+//                            assistant bodies in channels: <|open|>think<|sep|>…<|close|>think<|sep|>
+//                            <|open|>response<|sep|>…<|close|>response<|sep|>
+//
+// Every choice the spec leaves open (BOS, default system prompt, history reasoning, attribute escaping)
+// is made once, in chat_template.cpp's "Policy" block.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kimirt/text/token.h"
+#include "kimirt/text/tokenizer.h"
+
+namespace kimirt::text {
+
+enum class ChatFamily { kKimiLinear, kKimiK3 };
+
+std::string_view chat_family_name(ChatFamily family);  // "kimi_linear", "kimi_k3"
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant", "tool", ...: letters, digits, '_', '-', '.'
+  std::string content;
+  std::string reasoning;  // assistant only: the K3 think channel (Kimi Linear has none; ignored there)
+  std::string name;       // optional label shown instead of the role (Kimi Linear, as K2's template)
+};
+
+// One piece of rendered output: a template special token (by its text), or plain text.
+struct ChatSegment {
+  bool special;
+  std::string text;
+};
+
+class ChatTemplate {
+ public:
+  explicit ChatTemplate(ChatFamily family) : family_(family) {}
+
+  ChatFamily family() const { return family_; }
+
+  // The prompt as text. Message fields are copied verbatim: tokenizing this text with allow_special
+  // would turn special-token text inside a message into control tokens; encode() does not.
+  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt, bool thinking) const;
+
+  // The prompt as ids: template tokens by name from the tokenizer (an error names any it lacks), message
+  // text encoded as plain text. Equal to tokenizer.encode(render(...), true) when no message contains
+  // special-token text.
+  std::vector<TokenId> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                              bool add_generation_prompt, bool thinking) const;
+
+  std::vector<ChatSegment> segments(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                    bool thinking) const;
+
+  // Special tokens that end an assistant turn (the engine stops on these ids).
+  std::vector<std::string> end_of_turn_tokens() const;
+  std::vector<TokenId> end_of_turn_ids(const Tokenizer& tokenizer) const;
+
+ private:
+  ChatFamily family_;
+};
+
+}  // namespace kimirt::text

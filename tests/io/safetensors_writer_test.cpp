@@ -1,0 +1,168 @@
+// The writer: byte-for-byte what the official serializer produces (its own test vectors), its entry
+// order, atomic replacement, and refusal of input the reader would reject.
+#include "kimirt/io/safetensors_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "io/io_test_util.h"
+#include "kimirt/io/safetensors.h"
+
+namespace kimirt::io {
+namespace {
+
+using testing::le64;
+using testing::ScratchDir;
+using Kind = SafetensorsError::Kind;
+
+std::string as_string(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+
+std::string f32_bytes(std::initializer_list<float> values) {
+  std::string out;
+  for (float v : values) out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  return out;
+}
+
+std::span<const uint8_t> span_of(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+// Expected bytes are those of the safetensors crate's own serializer tests (test_serialization,
+// test_serialization_forced_alignement, test_empty).
+TEST(SafetensorsWriter, MatchesOfficialSerializerBytes) {
+  const std::string data = f32_bytes({0, 1, 2, 3, 4, 5});
+  {
+    SafetensorsWriter w;
+    w.add("attn.0", DType::kF32, {1, 2, 3}, span_of(data));
+    const std::string header = R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})";
+    EXPECT_EQ(as_string(w.serialize()), le64(64) + header + data);
+  }
+  {
+    SafetensorsWriter w;
+    w.add("attn0", DType::kF32, {1, 1, 2, 3}, span_of(data));
+    const std::string header = R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}})";
+    EXPECT_EQ(as_string(w.serialize()), le64(72) + header + std::string(7, ' ') + data);
+  }
+  {
+    SafetensorsWriter w;
+    w.set_metadata("framework", "pt");
+    EXPECT_EQ(as_string(w.serialize()), le64(40) + R"({"__metadata__":{"framework":"pt"}})" + std::string(5, ' '));
+  }
+}
+
+TEST(SafetensorsWriter, OrdersByDescendingAlignmentThenName) {
+  SafetensorsWriter w;
+  const std::vector<uint8_t> zeros(64, 0);
+  auto add = [&](const char* name, DType dtype, Shape shape) {
+    const auto n = *dtype_bytes(dtype, static_cast<uint64_t>(shape_numel(shape)));
+    w.add(name, dtype, shape, std::span<const uint8_t>(zeros.data(), n));
+  };
+  add("z", DType::kU8, {3});
+  add("a", DType::kBF16, {1});
+  add("m", DType::kF32, {1});
+  add("b", DType::kF32, {1});
+  add("q", DType::kI64, {1});
+  add("f", DType::kF4, {2});
+  add("k", DType::kBool, {1});
+  add("e", DType::kF8E4M3, {1});
+  w.set_metadata("format", "pt");
+  const std::string expected = R"({"__metadata__":{"format":"pt"},)"
+                               R"("q":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
+                               R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
+                               R"("m":{"dtype":"F32","shape":[1],"data_offsets":[12,16]},)"
+                               R"("a":{"dtype":"BF16","shape":[1],"data_offsets":[16,18]},)"
+                               R"("e":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[18,19]},)"
+                               R"("z":{"dtype":"U8","shape":[3],"data_offsets":[19,22]},)"
+                               R"("f":{"dtype":"F4","shape":[2],"data_offsets":[22,23]},)"
+                               R"("k":{"dtype":"BOOL","shape":[1],"data_offsets":[23,24]}})";
+  const std::string header = w.header();
+  EXPECT_EQ(header.size() % 8, 0u);
+  EXPECT_EQ(header.substr(0, expected.size()), expected);
+  EXPECT_EQ(header.find_first_not_of(' ', expected.size()), std::string::npos);
+}
+
+TEST(SafetensorsWriter, GathersStridedViews) {
+  Tensor t = Tensor::from_f32(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  TensorView transposed(DType::kF32, {3, 2}, {1, 3}, t.data());
+  SafetensorsWriter w;
+  w.add("t", transposed);
+  w.add("c", t.view());
+  ScratchDir dir;
+  w.write(dir / "v.safetensors");
+  const auto file = SafetensorsFile::open(dir / "v.safetensors");
+  EXPECT_EQ(file.read_tensor("t").to_f32(), (std::vector<float>{1, 4, 2, 5, 3, 6}));
+  EXPECT_EQ(file.read_tensor("c").to_f32(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST(SafetensorsWriter, ReplacesAtomicallyAndLeavesNoTempOnFailure) {
+  ScratchDir dir;
+  const auto path = dir / "m.safetensors";
+  const std::string one = f32_bytes({1}), two = f32_bytes({2, 2});
+  SafetensorsWriter first;
+  first.add("x", DType::kF32, {1}, span_of(one));
+  first.write(path);
+  SafetensorsWriter second;
+  second.add("y", DType::kF32, {2}, span_of(two));
+  second.write(path);
+  const auto file = SafetensorsFile::open(path);
+  EXPECT_EQ(file.find("x"), nullptr);
+  EXPECT_NE(file.find("y"), nullptr);
+  EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::others_read,
+            std::filesystem::perms::others_read);
+
+  // A directory where the file should go: the rename fails after the data was written.
+  std::filesystem::create_directory(dir / "blocked.safetensors");
+  try {
+    second.write(dir / "blocked.safetensors");
+    FAIL() << "write over a directory succeeded";
+  } catch (const SafetensorsError& e) {
+    EXPECT_EQ(e.kind(), Kind::kIo);
+    EXPECT_NE(std::string(e.what()).find("blocked.safetensors"), std::string::npos);
+  }
+  // A directory that does not exist: nothing can be created at all.
+  EXPECT_THROW(second.write(dir / "no" / "such.safetensors"), SafetensorsError);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"blocked.safetensors", "m.safetensors"}));
+}
+
+TEST(SafetensorsWriter, RefusesWhatTheReaderWouldReject) {
+  const std::vector<uint8_t> eight(8, 0);
+  auto kind_of = [&](auto&& fn) -> std::string {
+    try {
+      fn();
+    } catch (const SafetensorsError& e) {
+      return std::string(kind_name(e.kind()));
+    }
+    return "accepted";
+  };
+  const std::string invalid(kind_name(Kind::kInvalidArgument));
+  SafetensorsWriter w;
+  w.add("ok", DType::kF32, {2}, eight);
+  EXPECT_EQ(kind_of([&] { w.add("ok", DType::kF32, {2}, eight); }), invalid);  // twice
+  EXPECT_EQ(kind_of([&] { w.add("", DType::kF32, {2}, eight); }), invalid);    // empty
+  EXPECT_EQ(kind_of([&] { w.add("__metadata__", DType::kF32, {2}, eight); }), invalid);
+  EXPECT_EQ(kind_of([&] { w.add("n", DType::kF32, {3}, eight); }), invalid);  // 12 bytes expected
+  EXPECT_EQ(kind_of([&] { w.add("n", DType::kF32, {-2}, eight); }), invalid);
+  EXPECT_EQ(kind_of([&] { w.add("n", DType::kF4, {3}, std::span(eight).first(1)); }), invalid);
+  EXPECT_EQ(kind_of([&] { w.add("n", DType::kU8, {0, INT64_MAX, 4}, {}); }), invalid);
+  EXPECT_EQ(kind_of([&] { w.add("bad\xff", DType::kF32, {2}, eight); }), invalid);
+  EXPECT_EQ(kind_of([&] { w.set_metadata("k", "\xc0\x80"); }), invalid);
+  EXPECT_EQ(w.size(), 1u);
+  // Names with quotes, backslashes and control characters are escaped and read back unchanged.
+  const std::string odd = "a\"b\\c\nd\x01";
+  w.add(odd, DType::kU8, {1}, std::span(eight).first(1));
+  const auto parsed = parse_safetensors_buffer(w.serialize(), "memory");
+  ASSERT_EQ(parsed.header.tensors.size(), 2u);
+  EXPECT_TRUE(parsed.header.tensors[0].name == odd || parsed.header.tensors[1].name == odd);
+}
+
+}  // namespace
+}  // namespace kimirt::io
