@@ -1,0 +1,55 @@
+// Helpers shared by the model tests: golden configs and index key sets, read straight from testdata/.
+#pragma once
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kimirt/base/error.h"
+#include "kimirt/io/checkpoint.h"
+#include "kimirt/tensor/tensor.h"
+
+namespace kimirt::model::testing {
+
+inline std::string testdata(const std::string& rel) { return std::string(KIMIRT_TESTDATA_DIR) + "/" + rel; }
+
+inline nlohmann::json read_json(const std::string& rel) {
+  std::ifstream in(testdata(rel));
+  std::stringstream s;
+  s << in.rdbuf();
+  return nlohmann::json::parse(s.str());
+}
+
+// The weight_map keys of a golden checkpoint's index.
+inline std::set<std::string> index_keys(const std::string& model) {
+  const auto j = read_json(model + "/model.safetensors.index.json");
+  std::set<std::string> keys;
+  for (const auto& [k, v] : j.at("weight_map").items()) keys.insert(k);
+  return keys;
+}
+
+// Every tensor of a golden checkpoint, read through the io layer.
+inline std::map<std::string, Tensor> read_checkpoint(const std::string& model) {
+  const auto checkpoint = io::Checkpoint::open(testdata(model));
+  std::map<std::string, Tensor> out;
+  for (const auto& name : checkpoint.tensor_names()) out.emplace(name, checkpoint.read_tensor(name));
+  return out;
+}
+
+// The message of the kimirt::Error fn throws, or "(no error)".
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace kimirt::model::testing
