@@ -1,0 +1,160 @@
+#include "kimirt/comm/mpi_comm.h"
+
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#ifdef KIMIRT_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#include "kimirt/base/error.h"
+
+namespace kimirt {
+
+bool launched_under_mpi() {
+#ifdef KIMIRT_HAVE_MPI
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+#else
+  return false;
+#endif
+}
+
+#ifdef KIMIRT_HAVE_MPI
+
+struct MpiComm::Impl {
+  MPI_Comm comm = MPI_COMM_WORLD;
+  bool owned = false;
+};
+
+namespace {
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kF64: return MPI_DOUBLE;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kI64: return MPI_INT64_T;
+    case DType::kU8: return MPI_UINT8_T;
+    case DType::kI8: return MPI_INT8_T;
+    case DType::kU32: return MPI_UINT32_T;
+    case DType::kU64: return MPI_UINT64_T;
+    default: fail("MPI: no data type for {}", dtype_name(dtype));
+  }
+}
+
+int as_int(size_t count, const char* what) {
+  KIMIRT_CHECK(count <= static_cast<size_t>(std::numeric_limits<int>::max()), "MPI: {} of {} elements is too large",
+               what, count);
+  return static_cast<int>(count);
+}
+
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  fail("MPI: {} failed: {}", call, std::string(text, static_cast<size_t>(len)));
+}
+
+}  // namespace
+
+MpiComm::MpiComm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  check(MPI_Comm_rank(impl_->comm, &rank_), "MPI_Comm_rank");
+  check(MPI_Comm_size(impl_->comm, &size_), "MPI_Comm_size");
+}
+
+MpiComm::~MpiComm() {
+  if (impl_ && impl_->owned) MPI_Comm_free(&impl_->comm);
+}
+
+std::unique_ptr<MpiComm> MpiComm::world() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    check(MPI_Init(nullptr, nullptr), "MPI_Init");
+    // Finalize at exit so that mpirun sees a clean shutdown.
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    });
+  }
+  // Errors come back as codes, which become kimirt::Error, instead of aborting every rank.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  return std::unique_ptr<MpiComm>(new MpiComm(std::make_unique<Impl>()));
+}
+
+void MpiComm::all_reduce_sum(void* buf, size_t count, DType dtype, void*) {
+  ++num_all_reduces_;
+  check(MPI_Allreduce(MPI_IN_PLACE, buf, as_int(count, "all_reduce"), mpi_type(dtype), MPI_SUM, impl_->comm),
+        "MPI_Allreduce");
+}
+
+void MpiComm::all_gather(const void* send, void* recv, size_t count, DType dtype, void*) {
+  const MPI_Datatype t = mpi_type(dtype);
+  const int n = as_int(count, "all_gather");
+  check(MPI_Allgather(send, n, t, recv, n, t, impl_->comm), "MPI_Allgather");
+}
+
+void MpiComm::reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype, void*) {
+  check(MPI_Reduce_scatter_block(send, recv, as_int(count, "reduce_scatter"), mpi_type(dtype), MPI_SUM,
+                                 impl_->comm),
+        "MPI_Reduce_scatter_block");
+}
+
+void MpiComm::all_to_all_v(const void* send, std::span<const size_t> send_counts, void* recv,
+                           std::span<const size_t> recv_counts, DType dtype, void*) {
+  const auto n = static_cast<size_t>(size_);
+  KIMIRT_CHECK(send_counts.size() == n && recv_counts.size() == n,
+               "MPI: all_to_all_v needs {} send and recv counts, got {} and {}", n, send_counts.size(),
+               recv_counts.size());
+  std::vector<int> sc(n), sd(n), rc(n), rd(n);
+  size_t so = 0, ro = 0;
+  for (size_t r = 0; r < n; ++r) {
+    sc[r] = as_int(send_counts[r], "all_to_all_v");
+    rc[r] = as_int(recv_counts[r], "all_to_all_v");
+    sd[r] = as_int(so, "all_to_all_v offset");
+    rd[r] = as_int(ro, "all_to_all_v offset");
+    so += send_counts[r];
+    ro += recv_counts[r];
+  }
+  const MPI_Datatype t = mpi_type(dtype);
+  check(MPI_Alltoallv(send, sc.data(), sd.data(), t, recv, rc.data(), rd.data(), t, impl_->comm), "MPI_Alltoallv");
+}
+
+void MpiComm::broadcast(void* buf, size_t count, DType dtype, int root, void*) {
+  KIMIRT_CHECK(root >= 0 && root < size_, "MPI: broadcast root {} outside a group of {}", root, size_);
+  check(MPI_Bcast(buf, as_int(count, "broadcast"), mpi_type(dtype), root, impl_->comm), "MPI_Bcast");
+}
+
+void MpiComm::barrier() { check(MPI_Barrier(impl_->comm), "MPI_Barrier"); }
+
+std::unique_ptr<Comm> MpiComm::split(int color, int key) {
+  auto impl = std::make_unique<Impl>();
+  check(MPI_Comm_split(impl_->comm, color, key, &impl->comm), "MPI_Comm_split");
+  impl->owned = true;
+  return std::unique_ptr<MpiComm>(new MpiComm(std::move(impl)));
+}
+
+#else  // no MPI in this build
+
+struct MpiComm::Impl {};
+MpiComm::MpiComm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MpiComm::~MpiComm() = default;
+std::unique_ptr<MpiComm> MpiComm::world() {
+  fail("this kimirt was built without MPI: install libopenmpi-dev and rebuild to run under mpirun");
+}
+void MpiComm::all_reduce_sum(void*, size_t, DType, void*) { fail("MPI is not built in"); }
+void MpiComm::all_gather(const void*, void*, size_t, DType, void*) { fail("MPI is not built in"); }
+void MpiComm::reduce_scatter_sum(const void*, void*, size_t, DType, void*) { fail("MPI is not built in"); }
+void MpiComm::all_to_all_v(const void*, std::span<const size_t>, void*, std::span<const size_t>, DType, void*) {
+  fail("MPI is not built in");
+}
+void MpiComm::broadcast(void*, size_t, DType, int, void*) { fail("MPI is not built in"); }
+void MpiComm::barrier() { fail("MPI is not built in"); }
+std::unique_ptr<Comm> MpiComm::split(int, int) { fail("MPI is not built in"); }
+
+#endif
+
+}  // namespace kimirt

@@ -1,0 +1,40 @@
+// Comm over MPI for CPU ranks in separate processes (`mpirun -np N kimirt run --device cpu ...`): the
+// sharded CPU forward across processes or hosts. Built only when MPI is found (KIMIRT_HAVE_MPI); GPU
+// ranks use NCCL (cuda/nccl_comm) instead.
+#pragma once
+
+#include <memory>
+
+#include "kimirt/comm/comm.h"
+
+namespace kimirt {
+
+// True when this build has MPI and the process was started by an MPI launcher.
+bool launched_under_mpi();
+
+class MpiComm final : public Comm {
+ public:
+  // MPI_COMM_WORLD (initializes MPI on first use). Throws when kimirt was built without MPI.
+  static std::unique_ptr<MpiComm> world();
+  ~MpiComm() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce_sum(void* buf, size_t count, DType dtype, void* stream = nullptr) override;
+  void all_gather(const void* send, void* recv, size_t count, DType dtype, void* stream = nullptr) override;
+  void reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype, void* stream = nullptr) override;
+  void all_to_all_v(const void* send, std::span<const size_t> send_counts, void* recv,
+                    std::span<const size_t> recv_counts, DType dtype, void* stream = nullptr) override;
+  void broadcast(void* buf, size_t count, DType dtype, int root, void* stream = nullptr) override;
+  void barrier() override;
+  std::unique_ptr<Comm> split(int color, int key) override;
+
+ private:
+  struct Impl;
+  MpiComm(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace kimirt
