@@ -1,0 +1,157 @@
+// MLA: absorbed decode attention over the paged cache at 4k / 32k / 128k context (bandwidth roofline:
+// the cache rows read once; compute roofline: 2·heads·(576 + 512) flop per row), prefill attention of a
+// 4096-token sequence, and one whole MLA layer decode step (batch 1, context 32k, all projections)
+// against its bytes-moved roofline.
+#include <fmt/format.h>
+
+#include <numeric>
+
+#include "cuda_bench.h"
+#include "kimirt/cuda/check.h"
+#include "kimirt/cuda/gemm_dispatch.h"
+#include "kimirt/cuda/mla_cache.h"
+#include "kimirt/cuda/mla_decode.h"
+#include "kimirt/cuda/mla_layer.h"
+#include "kimirt/cuda/mla_prefill.h"
+#include "kimirt/cuda/random_fill.h"
+
+namespace kimirt::bench::cuda {
+namespace {
+
+using namespace kimirt::cuda;
+using bf16 = __nv_bfloat16;
+
+constexpr int kPage = 64;
+
+struct PagedCache {
+  DeviceBuffer cache, table, lens;
+  int pages_per_seq;
+  PagedCache(cudaStream_t s, int batch, int ctx) {
+    pages_per_seq = (ctx + kPage - 1) / kPage;
+    const int64_t pages = static_cast<int64_t>(batch) * pages_per_seq;
+    cache = DeviceBuffer(pages * kPage * kMlaRow * 2);
+    fill_uniform(cache.as<bf16>(), pages * kPage * kMlaRow, -1, 1, 77, s);
+    // Interleave the sequences' pages, as a long-running server's allocator would.
+    std::vector<int32_t> t(pages);
+    for (int b = 0; b < batch; ++b)
+      for (int p = 0; p < pages_per_seq; ++p) t[b * pages_per_seq + p] = p * batch + b;
+    table = DeviceBuffer(pages * 4);
+    KIMIRT_CUDA_CHECK(cudaMemcpy(table.data(), t.data(), pages * 4, cudaMemcpyHostToDevice));
+    std::vector<int32_t> l(batch, ctx);
+    lens = DeviceBuffer(batch * 4);
+    KIMIRT_CUDA_CHECK(cudaMemcpy(lens.data(), l.data(), batch * 4, cudaMemcpyHostToDevice));
+  }
+};
+
+void mla_suite(Context& ctx) {
+  const int heads = 96;
+  for (auto [batch, seq] : {std::pair<int, int>{1, 4096}, {1, 32768}, {1, 131072}, {8, 32768}, {64, 4096}}) {
+    PagedCache pc(ctx.stream, batch, seq);
+    DeviceBuffer q(static_cast<int64_t>(batch) * heads * kMlaRow * 2),
+        out(static_cast<int64_t>(batch) * heads * 512 * 2);
+    fill_uniform(q.as<bf16>(), batch * heads * kMlaRow, -0.3f, 0.3f, 5, ctx.stream);
+    const MlaDecodePlan plan = plan_mla_decode(batch, heads, seq, ctx.device.sm_count);
+    DeviceBuffer ws(plan.workspace_bytes + 16);
+    MlaDecodeArgs a;
+    a.q = q.as<bf16>(), a.ld_q = heads * kMlaRow, a.cache = pc.cache.as<bf16>(), a.page_size = kPage;
+    a.block_table = pc.table.as<int32_t>(), a.ld_block_table = pc.pages_per_seq, a.seq_lens = pc.lens.as<int32_t>();
+    a.out = out.as<bf16>(), a.ld_out = heads * 512, a.batch = batch, a.heads = heads;
+    const double us = time_us(
+        ctx, [&] { mla_decode(ctx.stream, a, plan, ws.data()); }, 3);
+    const double rows = static_cast<double>(batch) * seq;
+    Result r{"mla",
+             fmt::format("decode attn B={} ctx={} heads={}", batch, seq, heads),
+             us,
+             rows * kMlaRow * 2 + batch * heads * (kMlaRow + 512) * 2.0,
+             rows * heads * 2.0 * (kMlaRow + 512),
+             fmt::format("splits {}, bandwidth-only ratio {:.2f}", plan.splits,
+                         rows * kMlaRow * 2 / (kCopyTBps * 1e12) * 1e6 / us)};
+    ctx.add(r);
+  }
+
+  // Prefill attention: one 4096-token sequence, 96 heads (keys expanded: k_nope|v per head, k_pe shared).
+  {
+    const int t = 4096;
+    DeviceBuffer q(static_cast<int64_t>(t) * heads * 192 * 2), kv(static_cast<int64_t>(t) * heads * 256 * 2),
+        lat(static_cast<int64_t>(t) * kMlaRow * 2), o(static_cast<int64_t>(t) * heads * 128 * 2), cu(8);
+    fill_uniform(q.as<bf16>(), static_cast<int64_t>(t) * heads * 192, -1, 1, 1, ctx.stream);
+    fill_uniform(kv.as<bf16>(), static_cast<int64_t>(t) * heads * 256, -1, 1, 2, ctx.stream);
+    fill_uniform(lat.as<bf16>(), static_cast<int64_t>(t) * kMlaRow, -1, 1, 3, ctx.stream);
+    const int32_t cu_h[2] = {0, t};
+    KIMIRT_CUDA_CHECK(cudaMemcpy(cu.data(), cu_h, 8, cudaMemcpyHostToDevice));
+    MlaPrefillArgs a;
+    a.q = q.as<bf16>(), a.ld_q = heads * 192, a.k_nope = kv.as<bf16>(), a.ld_k_nope = heads * 256, a.hs_k_nope = 256;
+    a.k_pe = lat.as<bf16>() + 512, a.ld_k_pe = kMlaRow, a.v = kv.as<bf16>() + 128, a.ld_v = heads * 256, a.hs_v = 256;
+    a.out = o.as<bf16>(), a.ld_out = heads * 128, a.cu_q = cu.as<int32_t>(), a.cu_k = cu.as<int32_t>(), a.batch = 1;
+    a.heads = heads, a.max_q = t;
+    const double us = time_us(
+        ctx, [&] { mla_prefill(ctx.stream, a); }, 1, 7, 1);
+    const double flops = 2.0 * heads * (192 + 128) * t * (t + 1) / 2.0;
+    ctx.add({"mla", "prefill attn 4096 tokens causal heads=96", us,
+             t * heads * (192 + 256 + 128) * 2.0 + t * kMlaRow * 2.0, flops, ""});
+  }
+
+  // One layer decode step, batch 1, context 32k, all projections (K3 weights, TP = 1).
+  {
+    const int64_t H = 7168, ctx_len = 32768;
+    struct W {
+      DeviceBuffer buf;
+      W(cudaStream_t s, int64_t rows, int64_t cols, uint64_t seed) : buf(rows * cols * 2) {
+        fill_uniform(buf.as<bf16>(), rows * cols, -0.02f, 0.02f, seed, s);
+      }
+      const bf16* p() const { return buf.as<bf16>(); }
+    };
+    W q_a(ctx.stream, 1536, H, 1), q_a_n(ctx.stream, 1, 1536, 2), q_b(ctx.stream, heads * 192, 1536, 3),
+        kv_a(ctx.stream, 576, H, 4), kv_a_n(ctx.stream, 1, 512, 5), kv_b(ctx.stream, heads * 256, 512, 6),
+        g(ctx.stream, heads * 128, H, 7), o(ctx.stream, H, heads * 128, 8);
+    MlaLayerWeights w;
+    w.q_a_proj = q_a.p(), w.q_a_norm = q_a_n.p(), w.q_b_proj = q_b.p(), w.kv_a_proj = kv_a.p();
+    w.kv_a_norm = kv_a_n.p(), w.kv_b_proj = kv_b.p(), w.g_proj = g.p(), w.o_proj = o.p();
+    DeviceBuffer w_uk_t(static_cast<int64_t>(heads) * 512 * 128 * 2);
+    mla_transpose_uk(ctx.stream, kv_b.p(), heads, w_uk_t.as<bf16>());
+    w.w_uk_t = w_uk_t.as<bf16>();
+    const MlaLayerDims dims{H, heads, 1536, true, 1e-6f};
+    PagedCache pc(ctx.stream, 1, ctx_len);
+    DeviceBuffer x(H * 2), out(H * 2), slot(4);
+    fill_uniform(x.as<bf16>(), H, -1, 1, 9, ctx.stream);
+    const int32_t s_h = static_cast<int32_t>(ctx_len - 1);  // rewrite the last row every step
+    KIMIRT_CUDA_CHECK(cudaMemcpy(slot.data(), &s_h, 4, cudaMemcpyHostToDevice));
+    DeviceArena arena(0, 512 << 20);
+    DeviceBuffer ws(64 << 20), sws(16 << 20);
+    GemmLt lt(ws.data(), ws.size());
+    Linear linear(lt, sws.data(), sws.size(), ctx.device.sm_count);
+    const MlaCacheView view{pc.cache.as<bf16>(), kPage, pc.table.as<int32_t>(), pc.pages_per_seq};
+    const double us = time_us(
+        ctx,
+        [&] {
+          mla_decode_step(linear, arena, ctx.stream, dims, w, view, x.as<bf16>(), 1, slot.as<int32_t>(),
+                          pc.lens.as<int32_t>(), static_cast<int>(ctx_len), out.as<bf16>());
+        },
+        2);
+    const double weights =
+        (1536.0 * H + heads * 192.0 * 1536 + 576.0 * H + heads * 256.0 * 512 + heads * 128.0 * H * 2) * 2;
+    const double cache = ctx_len * kMlaRow * 2.0;
+    const double roof_us = (weights + cache) / (kCopyTBps * 1e12) * 1e6;
+    ctx.add({"mla", "layer decode step B=1 ctx=32k eager", us, weights + cache, 0,
+             fmt::format("{:.2f}x its bytes roofline (target <= 1.3)", us / roof_us)});
+    // The same step replayed from a CUDA graph, as the runtime runs decode (no launch overhead).
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+    mla_decode_step(linear, arena, ctx.stream, dims, w, view, x.as<bf16>(), 1, slot.as<int32_t>(),
+                    pc.lens.as<int32_t>(), static_cast<int>(ctx_len), out.as<bf16>());
+    KIMIRT_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
+    KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const double us_graph = time_us(
+        ctx, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream)); }, 2);
+    ctx.add({"mla", "layer decode step B=1 ctx=32k CUDA graph", us_graph, weights + cache, 0,
+             fmt::format("{:.2f}x its bytes roofline (target <= 1.3)", us_graph / roof_us)});
+    KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+}
+
+const Registrar kRegister("mla", mla_suite);
+
+}  // namespace
+}  // namespace kimirt::bench::cuda

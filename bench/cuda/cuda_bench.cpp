@@ -1,0 +1,134 @@
+// The harness and the entry point of the CUDA benchmarks.
+#include "cuda_bench.h"
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "kimirt/base/error.h"
+#include "kimirt/cuda/check.h"
+#include "kimirt/cuda/stream.h"
+
+namespace kimirt::bench::cuda {
+
+using kimirt::cuda::Event;
+
+double Result::roofline_ratio(double peak_tflops) const {
+  if (time_us <= 0) return 0.0;
+  const double t_mem = bytes / (kCopyTBps * 1e12) * 1e6;
+  const double t_flop = flops / (peak_tflops * 1e12) * 1e6;
+  return std::max(t_mem, t_flop) / time_us;
+}
+
+void Context::add(Result r) {
+  fmt::print("  {:<10} {:<58} {:>10.2f} us {:>9.1f} GB/s {:>8.1f} TFLOP/s  roofline {:>5.2f}  {}\n", r.suite, r.name,
+             r.time_us, r.gbps(), r.tflops(), r.roofline_ratio(), r.note);
+  std::fflush(stdout);
+  results.push_back(std::move(r));
+}
+
+double time_us(Context& ctx, const std::function<void()>& fn, int reps, int samples, int warmup) {
+  if (ctx.quick) samples = std::max(5, samples / 3);
+  for (int i = 0; i < warmup; ++i) fn();
+  KIMIRT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));
+  std::vector<float> t;
+  Event start(true), stop(true);
+  for (int s = 0; s < samples; ++s) {
+    start.record(ctx.stream);
+    for (int r = 0; r < reps; ++r) fn();
+    stop.record(ctx.stream);
+    stop.synchronize();
+    t.push_back(kimirt::cuda::elapsed_ms(start, stop) * 1000.0f / reps);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<std::pair<std::string, Suite>>& mutable_suites() {
+  static std::vector<std::pair<std::string, Suite>> s;
+  return s;
+}
+void register_suite(const std::string& name, Suite suite) { mutable_suites().emplace_back(name, std::move(suite)); }
+const std::vector<std::pair<std::string, Suite>>& suites() { return mutable_suites(); }
+
+int run_main(int argc, char** argv) {
+  CLI::App app{"kimirt-bench: CUDA kernel benchmarks (achieved GB/s, TFLOP/s and the ratio to the H200 ceilings)"};
+  std::string only, json_path, table_path;
+  bool quick = false;
+  app.add_option("--only", only, "comma-separated suites (gemm, dense, mla, sampling); default all");
+  app.add_option("--json", json_path, "write the results as JSON to this file");
+  app.add_option("--gemm-table", table_path, "write the measured GEMM dispatch table (text) to this file");
+  app.add_flag("--quick", quick, "fewer samples");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!kimirt::cuda::gpu_available()) {
+      fmt::print(stderr, "kimirt-bench: no CUDA device\n");
+      return 1;
+    }
+    std::set<std::string> selected;
+    std::stringstream ss(only);
+    for (std::string s; std::getline(ss, s, ',');) {
+      if (!s.empty()) selected.insert(s);
+    }
+    for (const auto& s : selected) {
+      const bool known = std::any_of(suites().begin(), suites().end(), [&](const auto& p) { return p.first == s; });
+      KIMIRT_CHECK(known, "--only: unknown suite \"{}\"", s);
+    }
+    Context ctx;
+    ctx.device = kimirt::cuda::query_device(0);
+    ctx.quick = quick;
+    ctx.gemm_table_path = table_path;
+    kimirt::cuda::Stream stream;
+    ctx.stream = stream.get();
+    fmt::print("{}\n", kimirt::cuda::describe(ctx.device));
+    fmt::print("ceilings: copy {} TB/s, BF16 GEMM {} TFLOP/s, FP8 GEMM {} TFLOP/s\n", kCopyTBps, kBf16Tflops,
+               kFp8Tflops);
+    for (const auto& [name, suite] : suites()) {
+      if (!selected.empty() && !selected.count(name)) continue;
+      fmt::print("== {}\n", name);
+      try {
+        suite(ctx);
+      } catch (const Error& e) {
+        fmt::print("  {} FAILED: {}\n", name, e.what());
+        ctx.results.push_back(Result{name, "FAILED", 0, 0, 0, e.what()});
+      }
+    }
+    fmt::print("\n{:<10} {:<58} {:>10} {:>10} {:>9} {:>9}  {}\n", "suite", "case", "time us", "GB/s", "TFLOP/s",
+               "roofline", "note");
+    for (const Result& r : ctx.results) {
+      fmt::print("{:<10} {:<58} {:>10.2f} {:>10.1f} {:>9.1f} {:>9.2f}  {}\n", r.suite, r.name, r.time_us, r.gbps(),
+                 r.tflops(), r.roofline_ratio(), r.note);
+    }
+    if (!json_path.empty()) {
+      nlohmann::json j;
+      j["device"] = ctx.device.name;
+      j["ceilings"] = {{"copy_TBps", kCopyTBps}, {"bf16_TFLOPs", kBf16Tflops}, {"fp8_TFLOPs", kFp8Tflops}};
+      for (const Result& r : ctx.results) {
+        j["results"].push_back({{"suite", r.suite},
+                                {"name", r.name},
+                                {"time_us", r.time_us},
+                                {"bytes", r.bytes},
+                                {"flops", r.flops},
+                                {"GBps", r.gbps()},
+                                {"TFLOPs", r.tflops()},
+                                {"roofline_ratio", r.roofline_ratio()},
+                                {"note", r.note}});
+      }
+      std::ofstream(json_path) << j.dump(1) << "\n";
+    }
+  } catch (const Error& e) {
+    fmt::print(stderr, "kimirt-bench: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace kimirt::bench::cuda
+
+// Weak: if the CPU benchmarks bring their own main, theirs wins and should call run_main for "cuda".
+__attribute__((weak)) int main(int argc, char** argv) { return kimirt::bench::cuda::run_main(argc, argv); }

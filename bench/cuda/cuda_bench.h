@@ -1,0 +1,56 @@
+// CUDA benchmark harness: registry of suites, CUDA-event timing (warm-up, then the median of many
+// samples), results with their ratio to the measured ceilings of the H200 (shared/device/README.md).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kimirt/cuda/device.h"
+
+namespace kimirt::bench::cuda {
+
+// Measured on the H200 with PyTorch (device/README.md, 2026-11-29).
+inline constexpr double kCopyTBps = 4.25;     // device-to-device copy, bytes read + written
+inline constexpr double kBf16Tflops = 794.0;  // BF16 GEMM 8192³, upper end of 694–794
+inline constexpr double kFp8Tflops = 1456.0;  // FP8 GEMM 8192³, per-tensor scales
+
+struct Result {
+  std::string suite;
+  std::string name;
+  double time_us = 0.0;
+  double bytes = 0.0;  // moved (read + written)
+  double flops = 0.0;
+  std::string note;
+  double gbps() const { return time_us > 0 ? bytes / time_us * 1e-3 : 0.0; }
+  double tflops() const { return time_us > 0 ? flops / time_us * 1e-6 : 0.0; }
+  // Fraction of the roofline: max(bytes / copy bandwidth, flops / tensor peak) / time.
+  double roofline_ratio(double peak_tflops = kBf16Tflops) const;
+};
+
+struct Context {
+  kimirt::cuda::DeviceInfo device;
+  cudaStream_t stream = nullptr;
+  bool quick = false;
+  std::string gemm_table_path;  // where the GEMM suite writes its dispatch table ("" = don't)
+  std::vector<Result> results;
+  void add(Result r);
+};
+
+// Median time of fn() in microseconds: `warmup` calls, then `samples` samples of `reps` back-to-back
+// calls each, timed with CUDA events on ctx.stream.
+double time_us(Context& ctx, const std::function<void()>& fn, int reps = 10, int samples = 15, int warmup = 3);
+
+using Suite = std::function<void(Context&)>;
+void register_suite(const std::string& name, Suite suite);
+const std::vector<std::pair<std::string, Suite>>& suites();
+
+struct Registrar {
+  Registrar(const std::string& name, Suite suite) { register_suite(name, std::move(suite)); }
+};
+
+int run_main(int argc, char** argv);
+
+}  // namespace kimirt::bench::cuda

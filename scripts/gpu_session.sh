@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# One GPU-machine session: configure + build the CUDA tests and benchmarks, run the gpu-labelled tests,
+# run the CUDA benchmarks, and leave logs and JSON under $OUT (only $OUT comes back; at most 8 files).
+#
+#   scripts/gpu_session.sh                  everything
+#   BENCH_ARGS="--only mla" scripts/gpu_session.sh    a subset of the benchmarks
+#   SKIP_BENCH=1 / SKIP_TESTS=1             leave one half out
+#
+# The GPU machine lacks the PCRE2 headers that the text layer needs: before the call, run here
+#   ../shared/device/pack-deps.sh libpcre2-dev libpcre2-8-0     (writes .deps/, which is git-ignored)
+# and take .deps along (carry: [".deps"]). The script picks it up when present.
+# Files written to $OUT: build.log, tests.log, tests.xml (JUnit), bench.log, bench.json, gemm_table.txt,
+# summary.txt.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+BUILD=${BUILD_DIR:-build-gpu}
+JOBS=${JOBS:-16}
+summary="$OUT/summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+if [[ -d .deps/usr ]]; then
+  # pack-deps.sh wrote absolute prefixes of the machine that packed them: point them here.
+  for pc in .deps/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
+    [[ -f $pc ]] && sed -i "s|^prefix=.*|prefix=$PWD/.deps/usr|" "$pc"
+  done
+  export CMAKE_PREFIX_PATH="$PWD/.deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export PKG_CONFIG_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+if [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$summary"
+
+start=$(date +%s)
+{
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKIMIRT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a &&
+    cmake --build "$BUILD" -j"$JOBS" --target test_cuda kimirt-bench-cuda
+} >"$OUT/build.log" 2>&1
+build_rc=$?
+note "build: rc=$build_rc in $(( $(date +%s) - start )) s (log: build.log)"
+if [[ $build_rc -ne 0 ]]; then
+  grep -E "error|Error" "$OUT/build.log" | head -20 | tee -a "$summary"
+  exit 1
+fi
+
+tests_rc=0
+if [[ -z "${SKIP_TESTS:-}" ]]; then
+  start=$(date +%s)
+  timeout 240 ctest --test-dir "$BUILD" -L gpu --output-on-failure --output-junit "$OUT/tests.xml" -j1 \
+    >"$OUT/tests.log" 2>&1
+  tests_rc=$?
+  note "tests: rc=$tests_rc in $(( $(date +%s) - start )) s: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1)"
+  grep -E "\(Failed\)|\(Timeout\)|\*\*\*Exception" "$OUT/tests.log" | head -30 | tee -a "$summary"
+fi
+
+bench_rc=0
+if [[ -z "${SKIP_BENCH:-}" ]]; then
+  start=$(date +%s)
+  # shellcheck disable=SC2086
+  timeout 200 "$BUILD/bench/kimirt-bench-cuda" --json "$OUT/bench.json" --gemm-table "$OUT/gemm_table.txt" \
+    ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+  bench_rc=$?
+  note "bench: rc=$bench_rc in $(( $(date +%s) - start )) s (log: bench.log, results: bench.json)"
+  # The table printed last by the benchmark.
+  awk '/^suite /{p=1} p' "$OUT/bench.log" | tee -a "$summary"
+fi
+[[ $tests_rc -eq 0 && $bench_rc -eq 0 ]]

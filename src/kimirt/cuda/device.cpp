@@ -1,0 +1,67 @@
+// Device queries through the CUDA runtime.
+#include "kimirt/cuda/device.h"
+
+#include <fmt/format.h>
+
+#include "kimirt/base/error.h"
+#include "kimirt/cuda/check.h"
+
+namespace kimirt::cuda {
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    // No driver / no device: clear the sticky error so later calls are not confused by it.
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+bool gpu_available() { return device_count() > 0; }
+
+DeviceInfo query_device(int ordinal) {
+  const int n = device_count();
+  KIMIRT_CHECK(ordinal >= 0 && ordinal < n, "CUDA device {} does not exist ({} device(s) visible)", ordinal, n);
+  cudaDeviceProp prop{};
+  KIMIRT_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal));
+  DeviceInfo info;
+  info.ordinal = ordinal;
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.sm_count = prop.multiProcessorCount;
+  info.total_memory = prop.totalGlobalMem;
+  info.l2_cache_bytes = prop.l2CacheSize;
+  info.smem_per_block_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
+  info.memory_bus_bits = prop.memoryBusWidth;
+  KIMIRT_CUDA_CHECK(cudaDeviceGetAttribute(&info.memory_clock_khz, cudaDevAttrMemoryClockRate, ordinal));
+  int current = 0;
+  KIMIRT_CUDA_CHECK(cudaGetDevice(&current));
+  KIMIRT_CUDA_CHECK(cudaSetDevice(ordinal));
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes);
+  KIMIRT_CUDA_CHECK(cudaSetDevice(current));
+  KIMIRT_CUDA_CHECK(err);
+  info.free_memory = free_bytes;
+  return info;
+}
+
+std::string describe(const DeviceInfo& info) {
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return fmt::format(
+      "device {}: {}, sm_{}{}, {} SMs\n"
+      "  memory: {:.1f} GiB total, {:.1f} GiB free, {}-bit bus at {} MHz\n"
+      "  L2: {:.1f} MiB, shared memory per block (opt-in): {} KiB",
+      info.ordinal, info.name, info.cc_major, info.cc_minor, info.sm_count, info.total_memory / kGiB,
+      info.free_memory / kGiB, info.memory_bus_bits, info.memory_clock_khz / 1000,
+      info.l2_cache_bytes / (1024.0 * 1024.0), info.smem_per_block_optin / 1024);
+}
+
+void require_supported(const DeviceInfo& info) {
+  KIMIRT_CHECK(info.cc_major == 9 && info.cc_minor == 0,
+               "CUDA device {} ({}) has compute capability {}.{}; this build targets sm_90a (Hopper) only",
+               info.ordinal, info.name, info.cc_major, info.cc_minor);
+}
+
+}  // namespace kimirt::cuda

@@ -1,0 +1,38 @@
+// What the GPU is: name, compute capability, SMs, memory. For `kimirt inspect --device`, for sizing the
+// arena and for choosing launch shapes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kimirt::cuda {
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0;
+  int cc_minor = 0;
+  int sm_count = 0;
+  uint64_t total_memory = 0;  // bytes
+  uint64_t free_memory = 0;   // bytes, at the time of the query
+  int l2_cache_bytes = 0;
+  int smem_per_block_optin = 0;  // largest dynamic shared memory one block may request
+  int memory_bus_bits = 0;
+  int memory_clock_khz = 0;
+};
+
+// Number of visible CUDA devices; 0 (never an error) when there is no driver or no device, so that
+// CPU-only machines can ask.
+int device_count();
+bool gpu_available();
+
+// Throws kimirt::Error naming the ordinal when it does not exist.
+DeviceInfo query_device(int ordinal = 0);
+
+// Multi-line human-readable description ("NVIDIA H200, sm_90, 132 SMs, 139.8 GiB (138.9 free), ...").
+std::string describe(const DeviceInfo& info);
+
+// The kernels are built for sm_90a; refuse other devices with a clear message.
+void require_supported(const DeviceInfo& info);
+
+}  // namespace kimirt::cuda

@@ -1,0 +1,74 @@
+// BF16 linear layers: picks, per call shape, the skinny tensor-core kernel (gemv.h) or cuBLASLt
+// (gemm_lt.h) from a table of measured crossover points. `kimirt-bench --only gemm` measures both paths at
+// the model's shapes and writes the table (text, one "n k max_skinny_m" line per shape); load it with
+// GemmTable::load, or paste its C++ rows into kBuiltinRows in gemm_dispatch.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "kimirt/cuda/gemm_lt.h"
+#include "kimirt/cuda/gemm_types.h"
+
+namespace kimirt::cuda {
+
+class GemmTable {
+ public:
+  // The compiled-in table (see gemm_dispatch.cpp for where its numbers come from).
+  static GemmTable builtin();
+  // Parses "n k max_skinny_m" lines ('#' starts a comment; "* * m" sets the default). Throws
+  // kimirt::Error naming the file and line.
+  static GemmTable load(const std::string& path);
+
+  // Largest M for which the skinny kernel beats cuBLASLt on an [n, k] weight (0: never).
+  int max_skinny_m(int64_t n, int64_t k) const;
+  void set(int64_t n, int64_t k, int max_m) { rows_[{n, k}] = max_m; }
+  void set_default(int max_m) { default_max_m_ = max_m; }
+  std::string to_text() const;
+
+ private:
+  std::map<std::pair<int64_t, int64_t>, int> rows_;
+  int default_max_m_ = 0;
+};
+
+class Linear {
+ public:
+  // `skinny_workspace` holds the split-K partial sums of the skinny kernel (a few MiB; see
+  // skinny_gemm_workspace_bytes); it must not be used by another stream concurrently.
+  Linear(GemmLt& lt, void* skinny_workspace, uint64_t skinny_workspace_bytes, int sm_count,
+         GemmTable table = GemmTable::builtin());
+
+  // y[m, n] = x[m, k] · w[n, k]ᵀ (+ y when beta = 1), strides in elements.
+  void operator()(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw,
+                  void* y, OutType y_type, int64_t ldy, int64_t m, int64_t n, int64_t k, float beta = 0.0f);
+  // Contiguous operands.
+  void operator()(cudaStream_t stream, const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, OutType y_type,
+                  int64_t m, int64_t n, int64_t k, float beta = 0.0f) {
+    (*this)(stream, x, k, w, k, y, y_type, n, m, n, k, beta);
+  }
+
+  // Strided batches of y_b = x_b · w_bᵀ (w_b [n, k]); pointers advance by the strides (elements).
+  void batched(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, int64_t stride_x, const __nv_bfloat16* w,
+               int64_t ldw, int64_t stride_w, void* y, OutType y_type, int64_t ldy, int64_t stride_y, int64_t m,
+               int64_t n, int64_t k, int64_t batch);
+
+  // Which path a call of this shape takes (alignment permitting).
+  bool uses_skinny(int64_t m, int64_t n, int64_t k) const;
+  GemmLt& lt() { return lt_; }
+  const GemmTable& table() const { return table_; }
+  int sm_count() const { return sm_count_; }
+
+ private:
+  GemmLt& lt_;
+  void* skinny_workspace_;
+  uint64_t skinny_workspace_bytes_;
+  int sm_count_;
+  GemmTable table_;
+};
+
+}  // namespace kimirt::cuda

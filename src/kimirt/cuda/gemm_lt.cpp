@@ -1,0 +1,277 @@
+// cuBLASLt plans: one matmul descriptor, four layouts and the heuristic's algorithm per distinct call
+// shape, built on first use and reused (descriptor creation and the heuristic query cost microseconds,
+// a decode step makes hundreds of GEMM calls).
+#include "kimirt/cuda/gemm_lt.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <string>
+
+#include "kimirt/cuda/check.h"
+
+namespace kimirt::cuda {
+namespace {
+
+enum class Kind : int64_t { kBf16 = 1, kFp8Block = 2 };
+
+using Key = std::array<int64_t, 20>;
+
+uint32_t alignment_of(const void* p) {
+  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && (v % a) != 0) a >>= 1;
+  return a;
+}
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                                   int64_t stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  KIMIRT_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    KIMIRT_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    KIMIRT_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  return layout;
+}
+
+void choose_algo(cublasLtHandle_t handle, Plan& plan, uint64_t workspace_bytes, const std::array<uint32_t, 4>& align,
+                 const std::string& what) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  KIMIRT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  struct PrefGuard {
+    cublasLtMatmulPreference_t p;
+    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } guard{pref};
+  size_t ws = workspace_bytes;
+  KIMIRT_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    KIMIRT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &align[i], sizeof(uint32_t)));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  KIMIRT_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &found));
+  KIMIRT_CUDA_REQUIRE(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, "cuBLASLt has no algorithm for ", what,
+                      " (workspace ", workspace_bytes, " bytes)");
+  plan.algo = result.algo;
+}
+
+}  // namespace
+
+struct LtCache {
+  std::map<Key, std::unique_ptr<Plan>> plans;
+};
+
+GemmLt::GemmLt(void* workspace, uint64_t workspace_bytes)
+    : workspace_(workspace), workspace_bytes_(workspace ? workspace_bytes : 0), cache_(std::make_unique<LtCache>()) {
+  KIMIRT_CUBLAS_CHECK(cublasLtCreate(&handle_));
+}
+
+GemmLt::~GemmLt() {
+  cache_.reset();
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+uint64_t GemmLt::cached_plans() const { return cache_->plans.size(); }
+
+namespace {
+
+struct Bf16Call {
+  const void* x;
+  int64_t ldx, stride_x;
+  const void* w;
+  int64_t ldw, stride_w;
+  bool transpose_w;
+  void* y;
+  OutType y_type;
+  int64_t ldy, stride_y, m, n, k, batch;
+  float beta;
+};
+
+std::string describe_bf16(const Bf16Call& c) {
+  return cat("BF16 GEMM m=", c.m, " n=", c.n, " k=", c.k, " batch=", c.batch, " ldx=", c.ldx, " ldw=", c.ldw,
+             " ldy=", c.ldy, c.transpose_w ? " (x·Wᵀ)" : " (x·W)", c.y_type == OutType::kF32 ? " fp32 out" : "");
+}
+
+}  // namespace
+
+void GemmLt::linear_bf16(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, int64_t ldw,
+                         void* y, OutType y_type, int64_t ldy, int64_t m, int64_t n, int64_t k, float beta) {
+  KIMIRT_CUDA_REQUIRE(beta == 0.0f || beta == 1.0f, "linear_bf16: beta ", beta, " must be 0 or 1");
+  run_bf16(stream, x, ldx, 0, w, ldw, 0, true, y, y_type, ldy, 0, m, n, k, 1, beta);
+}
+
+void GemmLt::batched_bf16(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, int64_t stride_x,
+                          const __nv_bfloat16* w, int64_t ldw, int64_t stride_w, bool transpose_w, void* y,
+                          OutType y_type, int64_t ldy, int64_t stride_y, int64_t m, int64_t n, int64_t k,
+                          int64_t batch) {
+  run_bf16(stream, x, ldx, stride_x, w, ldw, stride_w, transpose_w, y, y_type, ldy, stride_y, m, n, k, batch, 0.0f);
+}
+
+void GemmLt::run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t stride_x, const void* w, int64_t ldw,
+                      int64_t stride_w, bool transpose_w, void* y, OutType y_type, int64_t ldy, int64_t stride_y,
+                      int64_t m, int64_t n, int64_t k, int64_t batch, float beta) {
+  const Bf16Call c{x, ldx, stride_x, w, ldw, stride_w, transpose_w, y, y_type, ldy, stride_y, m, n, k, batch, beta};
+  KIMIRT_CUDA_REQUIRE(m >= 0 && n > 0 && k > 0 && batch >= 1, "gemm: bad shape in ", describe_bf16(c));
+  if (m == 0) return;
+  KIMIRT_CUDA_REQUIRE(x && w && y, "gemm: null pointer in ", describe_bf16(c));
+  KIMIRT_CUDA_REQUIRE(ldx >= k, "gemm: ldx ", ldx, " < k ", k, " in ", describe_bf16(c));
+  KIMIRT_CUDA_REQUIRE(ldw >= (transpose_w ? k : n), "gemm: ldw ", ldw, " too small in ", describe_bf16(c));
+  KIMIRT_CUDA_REQUIRE(ldy >= n, "gemm: ldy ", ldy, " < n ", n, " in ", describe_bf16(c));
+  KIMIRT_CUDA_REQUIRE(batch < (1ll << 31) && m < (1ll << 31) && n < (1ll << 31) && k < (1ll << 31),
+                      "gemm: dimension too large in ", describe_bf16(c));
+
+  const cudaDataType_t d_type = y_type == OutType::kF32 ? CUDA_R_32F : CUDA_R_16BF;
+  // Every batch entry starts at base + b·stride, so a stride can lower the alignment cuBLASLt may assume.
+  const size_t y_size = y_type == OutType::kF32 ? 4 : 2;
+  auto entry_alignment = [&](const void* p, int64_t stride_bytes) {
+    uint32_t a = alignment_of(p);
+    if (batch > 1) a = std::min(a, alignment_of(reinterpret_cast<const void*>(static_cast<uintptr_t>(stride_bytes))));
+    return a == 0 ? 256u : a;
+  };
+  const std::array<uint32_t, 4> align = {entry_alignment(w, stride_w * 2), entry_alignment(x, stride_x * 2),
+                                         entry_alignment(y, stride_y * static_cast<int64_t>(y_size)),
+                                         entry_alignment(y, stride_y * static_cast<int64_t>(y_size))};
+  const Key key = {static_cast<int64_t>(Kind::kBf16),
+                   static_cast<int64_t>(y_type),
+                   transpose_w ? 1 : 0,
+                   m,
+                   n,
+                   k,
+                   ldx,
+                   ldw,
+                   ldy,
+                   batch,
+                   stride_x,
+                   stride_w,
+                   stride_y,
+                   align[0],
+                   align[1],
+                   align[2],
+                   beta != 0.0f,
+                   0,
+                   0,
+                   0};
+  auto& slot = cache_->plans[key];
+  if (!slot) {
+    auto plan = std::make_unique<Plan>();
+    KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = transpose_w ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = CUBLAS_OP_N;
+    KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    // Column-major view of the row-major problem: yᵀ[n, m] = op(W)[n, k] · xᵀ[k, m].
+    plan->a = transpose_w ? make_layout(CUDA_R_16BF, k, n, ldw, batch, stride_w)
+                          : make_layout(CUDA_R_16BF, n, k, ldw, batch, stride_w);
+    plan->b = make_layout(CUDA_R_16BF, k, m, ldx, batch, stride_x);
+    plan->d = make_layout(d_type, n, m, ldy, batch, stride_y);
+    choose_algo(handle_, *plan, workspace_bytes_, align, describe_bf16(c));
+    slot = std::move(plan);
+  }
+  const float alpha = 1.0f;
+  KIMIRT_CUBLAS_CHECK(cublasLtMatmul(handle_, slot->desc, &alpha, w, slot->a, x, slot->b, &beta, y, slot->d, y, slot->d,
+                                     &slot->algo, workspace_, workspace_bytes_, stream));
+}
+
+void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq,
+                        const float* w_scales, __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k,
+                        void* d_scratch, uint64_t d_scratch_bytes) {
+  const std::string what = cat("FP8 block-scale GEMM m=", m, " n=", n, " k=", k, " ldy=", ldy);
+  KIMIRT_CUDA_REQUIRE(m >= 0 && n > 0 && k > 0, "linear_fp8: bad shape in ", what);
+  if (m == 0) return;
+  KIMIRT_CUDA_REQUIRE(xq && x_scales && wq && w_scales && y, "linear_fp8: null pointer in ", what);
+  KIMIRT_CUDA_REQUIRE(k % 128 == 0, "linear_fp8: k ", k, " must be a multiple of 128 (one scale per 128 inputs) in ",
+                      what);
+  KIMIRT_CUDA_REQUIRE(n % 16 == 0, "linear_fp8: n ", n, " must be a multiple of 16 in ", what);
+  KIMIRT_CUDA_REQUIRE(ldy >= n, "linear_fp8: ldy ", ldy, " < n in ", what);
+  const int64_t m_pad = fp8_pad_m(m);
+  const bool direct = m_pad == m;
+  if (!direct) {
+    KIMIRT_CUDA_REQUIRE(d_scratch && d_scratch_bytes >= fp8_d_scratch_bytes(m, n), "linear_fp8: m ", m,
+                        " is not a multiple of 4, so it needs ", fp8_d_scratch_bytes(m, n), " bytes of d_scratch (got ",
+                        d_scratch_bytes, ") in ", what);
+  }
+  void* d = direct ? static_cast<void*>(y) : d_scratch;
+  const int64_t ldd = direct ? ldy : n;
+  const std::array<uint32_t, 4> align = {alignment_of(wq), alignment_of(xq), alignment_of(d), alignment_of(d)};
+  const Key key = {static_cast<int64_t>(Kind::kFp8Block),
+                   0,
+                   1,
+                   m_pad,
+                   n,
+                   k,
+                   k,
+                   k,
+                   ldd,
+                   1,
+                   0,
+                   0,
+                   0,
+                   align[0],
+                   align[1],
+                   align[2],
+                   0,
+                   0,
+                   0,
+                   0};
+  auto& slot = cache_->plans[key];
+  if (!slot) {
+    auto plan = std::make_unique<Plan>();
+    KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t op_a = CUBLAS_OP_T;
+    const cublasOperation_t op_b = CUBLAS_OP_N;
+    KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    KIMIRT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
+    KIMIRT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+    // The heuristic wants to see scale pointers set; the real ones are set before every call below.
+    KIMIRT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
+    KIMIRT_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
+    plan->a = make_layout(CUDA_R_8F_E4M3, k, n, k, 1, 0);
+    plan->b = make_layout(CUDA_R_8F_E4M3, k, m_pad, k, 1, 0);
+    plan->d = make_layout(CUDA_R_16BF, n, m_pad, ldd, 1, 0);
+    choose_algo(handle_, *plan, workspace_bytes_, align, what);
+    slot = std::move(plan);
+  }
+  KIMIRT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(slot->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
+  KIMIRT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(slot->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
+  const float alpha = 1.0f, beta = 0.0f;
+  KIMIRT_CUBLAS_CHECK(cublasLtMatmul(handle_, slot->desc, &alpha, wq, slot->a, xq, slot->b, &beta, d, slot->d, d,
+                                     slot->d, &slot->algo, workspace_, workspace_bytes_, stream));
+  if (!direct) {
+    KIMIRT_CUDA_CHECK(cudaMemcpy2DAsync(y, static_cast<size_t>(ldy) * 2, d, static_cast<size_t>(n) * 2,
+                                        static_cast<size_t>(n) * 2, static_cast<size_t>(m), cudaMemcpyDeviceToDevice,
+                                        stream));
+  }
+}
+
+}  // namespace kimirt::cuda

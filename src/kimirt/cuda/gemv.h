@@ -1,0 +1,45 @@
+// Skinny GEMM for decode batches: y[M, N] = x[M, K] · W[N, K]ᵀ with M ≤ 16 and BF16 weights. Reading W
+// once is the whole cost, so the kernel streams W at full bandwidth: each warp owns 16 rows of W and runs
+// them through tensor-core MMAs with the (padded) tokens as the narrow dimension, and the K range is split
+// across warps and, for small N, across blocks (partial sums then reduced by a second tiny kernel).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kimirt/cuda/gemm_types.h"
+
+namespace kimirt::cuda {
+
+inline constexpr int64_t kSkinnyMaxM = 16;
+
+struct SkinnyGemmArgs {
+  const __nv_bfloat16* x = nullptr;  // [m, k], row stride ldx
+  int64_t ldx = 0;
+  const __nv_bfloat16* w = nullptr;  // [n, k], row stride ldw
+  int64_t ldw = 0;
+  void* y = nullptr;  // [m, n], row stride ldy, BF16 or fp32
+  OutType y_type = OutType::kBF16;
+  int64_t ldy = 0;
+  int64_t m = 0, n = 0, k = 0;
+  float beta = 0.0f;  // 0 or 1 (accumulate into y)
+  // Strided batches (the per-head MLA projections): entry b uses x + b·stride_x, w + b·stride_w,
+  // y + b·stride_y (elements).
+  int64_t batch = 1;
+  int64_t stride_x = 0, stride_w = 0, stride_y = 0;
+};
+
+// Whether the skinny kernel can run this call (m ≤ 16, k % 32 == 0, row and batch strides of x and w
+// multiples of 8 elements, x and w 16-byte aligned); the dispatcher falls back to cuBLASLt otherwise.
+bool skinny_gemm_supported(const SkinnyGemmArgs& a);
+
+// Bytes of fp32 partial sums the split-K path may need for this shape on `sm_count` SMs.
+uint64_t skinny_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_count, int64_t batch = 1);
+
+// Runs the kernel (throws kimirt::Error naming the field when !skinny_gemm_supported). `workspace` may be
+// null; the split over blocks is then limited to what needs none.
+void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, uint64_t workspace_bytes, int sm_count);
+
+}  // namespace kimirt::cuda

@@ -1,0 +1,218 @@
+// Device arena and memory plan.
+#include "kimirt/cuda/memory.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "kimirt/base/error.h"
+#include "kimirt/cuda/check.h"
+
+namespace kimirt::cuda {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kGiB = 1024.0 * kMiB;
+
+uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+std::string human(uint64_t bytes) {
+  if (bytes >= (1ull << 30)) return fmt::format("{:.2f} GiB", bytes / kGiB);
+  if (bytes >= (1ull << 20)) return fmt::format("{:.1f} MiB", bytes / kMiB);
+  return fmt::format("{} B", bytes);
+}
+
+bool valid_alignment(uint64_t a) { return a != 0 && (a & (a - 1)) == 0; }
+
+}  // namespace
+
+DeviceBuffer::DeviceBuffer(uint64_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  KIMIRT_CUDA_CHECK(cudaMalloc(&data_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_) (void)cudaFree(data_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  std::swap(data_, other.data_);
+  std::swap(size_, other.size_);
+  return *this;
+}
+
+MemoryBudget parse_memory_budget(std::string_view text, MemoryBudget base) {
+  std::string t(text);
+  t.erase(std::remove_if(t.begin(), t.end(), [](unsigned char c) { return std::isspace(c); }), t.end());
+  KIMIRT_CHECK(!t.empty(), "GPU memory budget: empty value (expected e.g. \"90%\" or \"120GiB\")");
+  double value = 0.0;
+  const char* first = t.data();
+  const char* last = t.data() + t.size();
+  const auto [ptr, ec] = std::from_chars(first, last, value);
+  KIMIRT_CHECK(ec == std::errc() && ptr != first && std::isfinite(value) && value > 0.0,
+               "GPU memory budget \"{}\": expected a positive number followed by % or a size unit", text);
+  std::string unit(ptr, last);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (unit == "%") {
+    KIMIRT_CHECK(value <= 100.0, "GPU memory budget \"{}\": a percentage must be at most 100", text);
+    base.fraction = value / 100.0;
+    base.max_bytes = 0;
+    return base;
+  }
+  double scale = 0.0;
+  if (unit.empty() || unit == "b") {
+    scale = 1.0;
+  } else if (unit == "k" || unit == "kib" || unit == "kb") {
+    scale = 1024.0;
+  } else if (unit == "m" || unit == "mib" || unit == "mb") {
+    scale = kMiB;
+  } else if (unit == "g" || unit == "gib" || unit == "gb") {
+    scale = kGiB;
+  } else if (unit == "t" || unit == "tib" || unit == "tb") {
+    scale = kGiB * 1024.0;
+  } else {
+    fail("GPU memory budget \"{}\": unknown unit \"{}\" (use %, B, KiB, MiB, GiB or TiB)", text, unit);
+  }
+  base.max_bytes = static_cast<uint64_t>(value * scale);
+  base.fraction = 1.0;
+  return base;
+}
+
+MemoryPlan plan_memory(const DeviceInfo& device, const MemoryBudget& budget) {
+  KIMIRT_CHECK(budget.fraction > 0.0 && budget.fraction <= 1.0, "GPU memory budget: fraction {} is not in (0, 1]",
+               budget.fraction);
+  MemoryPlan plan;
+  plan.device = device;
+  plan.budget = budget;
+  const uint64_t free_after_reserve =
+      device.free_memory > budget.reserve_bytes ? device.free_memory - budget.reserve_bytes : 0;
+  uint64_t usable = std::min<uint64_t>(
+      free_after_reserve, static_cast<uint64_t>(budget.fraction * static_cast<double>(device.total_memory)));
+  if (budget.max_bytes) usable = std::min(usable, budget.max_bytes);
+  usable = usable / kArenaAlignment * kArenaAlignment;
+  const uint64_t step = align_up(budget.step_bytes, kArenaAlignment);
+  const uint64_t workspace = align_up(budget.workspace_bytes, kArenaAlignment);
+  KIMIRT_CHECK(usable >= step + workspace,
+               "GPU memory budget: {} usable on {} ({} free, reserve {}) does not hold the step region ({}) and "
+               "the cuBLASLt workspace ({})",
+               human(usable), device.name, human(device.free_memory), human(budget.reserve_bytes), human(step),
+               human(workspace));
+  plan.arena_bytes = usable;
+  plan.step_bytes = step;
+  plan.workspace_bytes = workspace;
+  plan.persistent_bytes = usable - step;
+  return plan;
+}
+
+std::string memory_plan_text(const MemoryPlan& plan) {
+  std::string limit = fmt::format("{:.0f}% of total", plan.budget.fraction * 100.0);
+  if (plan.budget.max_bytes) limit = fmt::format("at most {}", human(plan.budget.max_bytes));
+  return fmt::format(
+      "GPU memory plan for {} ({} total, {} free at start)\n"
+      "  budget: {}, keeping {} free for the CUDA context, cuBLASLt and NCCL\n"
+      "  arena: {} in one allocation\n"
+      "    persistent (weights, caches, workspace): {}\n"
+      "      cuBLASLt workspace: {}\n"
+      "      weights and caches: {}\n"
+      "    step (activations, reset every step): {}\n",
+      plan.device.name, human(plan.device.total_memory), human(plan.device.free_memory), limit,
+      human(plan.budget.reserve_bytes), human(plan.arena_bytes), human(plan.persistent_bytes),
+      human(plan.workspace_bytes), human(plan.persistent_bytes - plan.workspace_bytes), human(plan.step_bytes));
+}
+
+DeviceArena::DeviceArena(const MemoryPlan& plan) { init(plan.persistent_bytes, plan.step_bytes); }
+
+DeviceArena::DeviceArena(uint64_t persistent_bytes, uint64_t step_bytes) { init(persistent_bytes, step_bytes); }
+
+void DeviceArena::init(uint64_t persistent_bytes, uint64_t step_bytes) {
+  persistent_capacity_ = align_up(persistent_bytes, kArenaAlignment);
+  step_capacity_ = align_up(step_bytes, kArenaAlignment);
+  const uint64_t total = persistent_capacity_ + step_capacity_;
+  KIMIRT_CHECK(total > 0, "device arena: both regions are empty");
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, total);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    (void)cudaMemGetInfo(&free_bytes, &total_bytes);
+    fail("device arena: cudaMalloc of {} failed ({}); {} of {} free", human(total), cudaGetErrorString(err),
+         human(free_bytes), human(total_bytes));
+  }
+  base_ = static_cast<uint8_t*>(p);
+}
+
+DeviceArena::~DeviceArena() {
+  if (base_) (void)cudaFree(base_);
+}
+
+void* DeviceArena::allocate_persistent(uint64_t bytes, std::string_view label, uint64_t alignment) {
+  KIMIRT_CHECK(valid_alignment(alignment), "device arena: alignment {} for \"{}\" is not a power of two", alignment,
+               label);
+  const uint64_t offset = align_up(persistent_used_, std::max(alignment, uint64_t{16}));
+  KIMIRT_CHECK(offset <= persistent_capacity_ && bytes <= persistent_capacity_ - offset,
+               "device arena: \"{}\" needs {} but the persistent region has {} of {} left (raise the GPU memory "
+               "budget or lower the cache size)",
+               label, human(bytes), human(persistent_capacity_ - std::min(offset, persistent_capacity_)),
+               human(persistent_capacity_));
+  persistent_used_ = offset + bytes;
+  items_.push_back({std::string(label), offset, bytes});
+  return base_ + offset;
+}
+
+void DeviceArena::reset_persistent() {
+  persistent_used_ = 0;
+  items_.clear();
+}
+
+void* DeviceArena::allocate_step(uint64_t bytes, std::string_view label, uint64_t alignment) {
+  KIMIRT_CHECK(valid_alignment(alignment), "device arena: alignment {} for \"{}\" is not a power of two", alignment,
+               label);
+  const uint64_t offset = align_up(step_used_, std::max(alignment, uint64_t{16}));
+  KIMIRT_CHECK(offset <= step_capacity_ && bytes <= step_capacity_ - offset,
+               "device arena: step buffer \"{}\" needs {} but the step region has {} of {} left (the batch is "
+               "larger than the step region was sized for)",
+               label, human(bytes), human(step_capacity_ - std::min(offset, step_capacity_)), human(step_capacity_));
+  step_used_ = offset + bytes;
+  step_high_water_ = std::max(step_high_water_, step_used_);
+  return base_ + persistent_capacity_ + offset;
+}
+
+void DeviceArena::rewind(uint64_t mark) {
+  KIMIRT_ASSERT(mark <= step_used_);
+  step_used_ = mark;
+}
+
+std::string DeviceArena::plan_text() const {
+  // Group by label so that 93 layers of "layer.N.q_proj" do not flood the text: the label up to the
+  // first digit run is the group key.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> groups;  // key -> (count, bytes)
+  for (const Item& item : items_) {
+    std::string key;
+    for (size_t i = 0; i < item.label.size(); ++i) {
+      if (std::isdigit(static_cast<unsigned char>(item.label[i]))) {
+        key += 'N';
+        while (i + 1 < item.label.size() && std::isdigit(static_cast<unsigned char>(item.label[i + 1]))) ++i;
+      } else {
+        key += item.label[i];
+      }
+    }
+    auto& g = groups[key];
+    g.first += 1;
+    g.second += item.bytes;
+  }
+  std::string out =
+      fmt::format("device arena: {} persistent ({} used, {} free), {} step (high water {})\n",
+                  human(persistent_capacity_), human(persistent_used_), human(persistent_capacity_ - persistent_used_),
+                  human(step_capacity_), human(step_high_water_));
+  for (const auto& [key, g] : groups) {
+    out += fmt::format("  {:<48} {:>6} x  {:>12}\n", key, g.first, human(g.second));
+  }
+  return out;
+}
+
+}  // namespace kimirt::cuda

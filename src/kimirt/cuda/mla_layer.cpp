@@ -1,0 +1,141 @@
+// MLA mixer composition (decode and prefill).
+#include "kimirt/cuda/mla_layer.h"
+
+#include "kimirt/base/error.h"
+#include "kimirt/cuda/check.h"
+#include "kimirt/cuda/mla_cache.h"
+#include "kimirt/cuda/mla_decode.h"
+#include "kimirt/cuda/mla_prefill.h"
+#include "kimirt/cuda/rms_norm.h"
+
+namespace kimirt::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int64_t kQk = 192, kNope = 128, kV = 128, kKvB = 256;
+
+void check_dims(const MlaLayerDims& d, const MlaLayerWeights& w) {
+  KIMIRT_CHECK(d.hidden > 0 && d.heads > 0, "MLA layer: hidden {} and heads {} must be positive", d.hidden, d.heads);
+  if (d.q_lora_rank > 0) {
+    KIMIRT_CHECK(w.q_a_proj && w.q_a_norm && w.q_b_proj,
+                 "MLA layer: q_lora_rank {} needs q_a_proj, q_a_layernorm "
+                 "and q_b_proj",
+                 d.q_lora_rank);
+  } else {
+    KIMIRT_CHECK(w.q_proj, "MLA layer: q_lora_rank 0 needs q_proj");
+  }
+  KIMIRT_CHECK(w.kv_a_proj && w.kv_a_norm && w.kv_b_proj && w.o_proj,
+               "MLA layer: kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj and o_proj are required");
+  KIMIRT_CHECK(!d.output_gate || w.g_proj, "MLA layer: mla_use_output_gate needs g_proj");
+}
+
+// q [t, heads·192] from the normed input.
+bf16* project_q(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& d,
+                const MlaLayerWeights& w, const bf16* x, int64_t t) {
+  bf16* q = arena.step<bf16>(t * d.heads * kQk, "mla.q");
+  if (d.q_lora_rank > 0) {
+    bf16* q_lat = arena.step<bf16>(t * d.q_lora_rank, "mla.q_lat");
+    linear(stream, x, w.q_a_proj, q_lat, OutType::kBF16, t, d.q_lora_rank, d.hidden);
+    rms_norm(stream, q_lat, d.q_lora_rank, w.q_a_norm, q_lat, d.q_lora_rank, t, d.q_lora_rank, d.latent_norm_eps);
+    linear(stream, q_lat, w.q_b_proj, q, OutType::kBF16, t, d.heads * kQk, d.q_lora_rank);
+  } else {
+    linear(stream, x, w.q_proj, q, OutType::kBF16, t, d.heads * kQk, d.hidden);
+  }
+  return q;
+}
+
+// Output gate and o_proj on o [t, heads·128].
+void finish(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& d, const MlaLayerWeights& w,
+            const bf16* x, bf16* o, int64_t t, bf16* out, bool accumulate, bool gate_done) {
+  if (d.output_gate && !gate_done) {
+    bf16* g = arena.step<bf16>(t * d.heads * kV, "mla.gate");
+    linear(stream, x, w.g_proj, g, OutType::kBF16, t, d.heads * kV, d.hidden);
+    sigmoid_gate_mul(stream, o, d.heads * kV, g, d.heads * kV, t, d.heads * kV);
+  }
+  linear(stream, o, w.o_proj, out, OutType::kBF16, t, d.hidden, d.heads * kV, accumulate ? 1.0f : 0.0f);
+}
+
+}  // namespace
+
+void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& d,
+                     const MlaLayerWeights& w, const MlaCacheView& cache, const bf16* x, int64_t batch,
+                     const int32_t* slots, const int32_t* seq_lens, int max_seq_len, bf16* out, bool accumulate) {
+  check_dims(d, w);
+  if (batch == 0) return;
+  const uint64_t mark = arena.mark();
+  bf16* q = project_q(linear, arena, stream, d, w, x, batch);
+  bf16* kv_a = arena.step<bf16>(batch * kMlaRow, "mla.kv_a");
+  linear(stream, x, w.kv_a_proj, kv_a, OutType::kBF16, batch, kMlaRow, d.hidden);
+  mla_kv_norm_append(stream, kv_a, kMlaRow, w.kv_a_norm, d.latent_norm_eps, slots, batch, cache.cache, nullptr, 0);
+
+  // q_abs[:, h, :512] = q_nope_h · W_UK_h (W_UK_h = kv_b rows h·256 .. h·256+127, [128, 512]); q_pe copied.
+  bf16* q_abs = arena.step<bf16>(batch * d.heads * kMlaRow, "mla.q_abs");
+  if (w.w_uk_t && linear.uses_skinny(batch, kMlaLatent, kNope)) {
+    linear.batched(stream, q, d.heads * kQk, kQk, w.w_uk_t, kNope, kMlaLatent * kNope, q_abs, OutType::kBF16,
+                   d.heads * kMlaRow, kMlaRow, batch, kMlaLatent, kNope, d.heads);
+  } else {
+    linear.lt().batched_bf16(stream, q, d.heads * kQk, kQk, w.kv_b_proj, kMlaLatent, kKvB * kMlaLatent, false, q_abs,
+                             OutType::kBF16, d.heads * kMlaRow, kMlaRow, batch, kMlaLatent, kNope, d.heads);
+  }
+  KIMIRT_CUDA_CHECK(cudaMemcpy2DAsync(q_abs + kMlaLatent, kMlaRow * sizeof(bf16), q + kNope, kQk * sizeof(bf16),
+                                      kMlaRope * sizeof(bf16), static_cast<size_t>(batch * d.heads),
+                                      cudaMemcpyDeviceToDevice, stream));
+
+  const MlaDecodePlan plan =
+      plan_mla_decode(static_cast<int>(batch), static_cast<int>(d.heads), max_seq_len, linear.sm_count());
+  void* ws = plan.workspace_bytes ? arena.allocate_step(plan.workspace_bytes, "mla.decode_partials") : nullptr;
+  bf16* o_lat = arena.step<bf16>(batch * d.heads * kMlaLatent, "mla.o_latent");
+  MlaDecodeArgs a;
+  a.q = q_abs, a.ld_q = d.heads * kMlaRow;
+  a.cache = cache.cache, a.page_size = cache.page_size;
+  a.block_table = cache.block_table, a.ld_block_table = cache.ld_block_table, a.seq_lens = seq_lens;
+  a.out = o_lat, a.ld_out = d.heads * kMlaLatent, a.batch = static_cast<int>(batch),
+  a.heads = static_cast<int>(d.heads);
+  mla_decode(stream, a, plan, ws);
+
+  // o[:, h, :] = ō_h · W_UV_hᵀ (W_UV_h = kv_b rows h·256+128 .. h·256+255, [128, 512]).
+  bf16* o = arena.step<bf16>(batch * d.heads * kV, "mla.o");
+  linear.batched(stream, o_lat, d.heads * kMlaLatent, kMlaLatent, w.kv_b_proj + kNope * kMlaLatent, kMlaLatent,
+                 kKvB * kMlaLatent, o, OutType::kBF16, d.heads * kV, kV, batch, kV, kMlaLatent, d.heads);
+  finish(linear, arena, stream, d, w, x, o, batch, out, accumulate, false);
+  arena.rewind(mark);
+}
+
+void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& d,
+                      const MlaLayerWeights& w, const MlaCacheView& cache, const bf16* x, int64_t tokens, int batch,
+                      const int32_t* cu_q, const int32_t* cu_k, int64_t total_k, int max_q, int max_k,
+                      const int32_t* slots, bf16* out, bool accumulate) {
+  check_dims(d, w);
+  if (tokens == 0) return;
+  const uint64_t mark = arena.mark();
+  bf16* q = project_q(linear, arena, stream, d, w, x, tokens);
+  bf16* kv_a = arena.step<bf16>(tokens * kMlaRow, "mla.kv_a");
+  linear(stream, x, w.kv_a_proj, kv_a, OutType::kBF16, tokens, kMlaRow, d.hidden);
+  mla_kv_norm_append(stream, kv_a, kMlaRow, w.kv_a_norm, d.latent_norm_eps, slots, tokens, cache.cache, nullptr, 0);
+  // The whole context of every sequence (cached rows + this chunk), expanded by kv_b.
+  bf16* latent = arena.step<bf16>(total_k * kMlaRow, "mla.context_latent");
+  mla_gather_latent(stream, cache.cache, cache.page_size, cache.block_table, cache.ld_block_table, cu_k, batch, max_k,
+                    latent);
+  bf16* kv = arena.step<bf16>(total_k * d.heads * kKvB, "mla.kv");
+  linear(stream, latent, kMlaRow, w.kv_b_proj, kMlaLatent, kv, OutType::kBF16, d.heads * kKvB, total_k, d.heads * kKvB,
+         kMlaLatent);
+  bf16* g = nullptr;
+  if (d.output_gate) {
+    g = arena.step<bf16>(tokens * d.heads * kV, "mla.gate");
+    linear(stream, x, w.g_proj, g, OutType::kBF16, tokens, d.heads * kV, d.hidden);
+  }
+  bf16* o = arena.step<bf16>(tokens * d.heads * kV, "mla.o");
+  MlaPrefillArgs a;
+  a.q = q, a.ld_q = d.heads * kQk;
+  a.k_nope = kv, a.ld_k_nope = d.heads * kKvB, a.hs_k_nope = kKvB;
+  a.k_pe = latent + kMlaLatent, a.ld_k_pe = kMlaRow;
+  a.v = kv + kNope, a.ld_v = d.heads * kKvB, a.hs_v = kKvB;
+  a.gate = g, a.ld_gate = d.heads * kV;
+  a.out = o, a.ld_out = d.heads * kV;
+  a.cu_q = cu_q, a.cu_k = cu_k, a.batch = batch, a.heads = static_cast<int>(d.heads), a.max_q = max_q;
+  mla_prefill(stream, a);
+  finish(linear, arena, stream, d, w, x, o, tokens, out, accumulate, true);
+  arena.rewind(mark);
+}
+
+}  // namespace kimirt::cuda

@@ -1,0 +1,63 @@
+// One MLA mixer step on the GPU (§3.5), composed from the kernels: the projections (Linear), the latent
+// norms, the cache append, the absorbed attention (decode) or the expanded flash attention (prefill),
+// W_UV, the σ output gate and o_proj. Heads are this rank's heads (TP shards by heads); the caller
+// reduces `out` across ranks. Scratch comes from the arena's step region and is released on return.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kimirt/cuda/gemm_dispatch.h"
+#include "kimirt/cuda/memory.h"
+
+namespace kimirt::cuda {
+
+struct MlaLayerDims {
+  int64_t hidden = 0;
+  int64_t heads = 0;         // heads on this rank
+  int64_t q_lora_rank = 0;   // 0: direct q_proj (Kimi Linear)
+  bool output_gate = false;  // mla_use_output_gate
+  float latent_norm_eps = 1e-6f;
+  // kv_lora_rank 512, qk_nope 128, qk_rope 64, v 128 are fixed by the kernels (both model families).
+};
+
+struct MlaLayerWeights {                     // BF16, device, this rank's slices, checkpoint layouts
+  const __nv_bfloat16* q_proj = nullptr;     // [heads·192, hidden]  (q_lora_rank == 0)
+  const __nv_bfloat16* q_a_proj = nullptr;   // [q_lora_rank, hidden]
+  const __nv_bfloat16* q_a_norm = nullptr;   // [q_lora_rank]
+  const __nv_bfloat16* q_b_proj = nullptr;   // [heads·192, q_lora_rank]
+  const __nv_bfloat16* kv_a_proj = nullptr;  // [576, hidden]
+  const __nv_bfloat16* kv_a_norm = nullptr;  // [512]
+  const __nv_bfloat16* kv_b_proj = nullptr;  // [heads·256, 512]: per head [k_nope 128 | v 128] rows
+  const __nv_bfloat16* w_uk_t = nullptr;     // optional [heads, 512, 128] (mla_transpose_uk at load time):
+                                             // lets small decode batches absorb with the skinny kernel
+  const __nv_bfloat16* g_proj = nullptr;     // [heads·128, hidden]
+  const __nv_bfloat16* o_proj = nullptr;     // [hidden, heads·128]
+};
+
+struct MlaCacheView {
+  __nv_bfloat16* cache = nullptr;  // [pages, page_size, 576]
+  int page_size = 64;
+  const int32_t* block_table = nullptr;  // device [batch, ld_block_table]
+  int64_t ld_block_table = 0;
+};
+
+// Decode: one new token per sequence. x [batch, hidden] (the normed layer input), slots [batch] (device:
+// cache slot of each new token), seq_lens [batch] (device, including the new token), max_seq_len (host
+// bound). out [batch, hidden] (+= when accumulate).
+void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& dims,
+                     const MlaLayerWeights& w, const MlaCacheView& cache, const __nv_bfloat16* x, int64_t batch,
+                     const int32_t* slots, const int32_t* seq_lens, int max_seq_len, __nv_bfloat16* out,
+                     bool accumulate = false);
+
+// Prefill (chunked): x [Tq_total, hidden] for `batch` sequences with query offsets cu_q and context
+// offsets cu_k (device, [batch + 1]; sequence b's context = its cached rows plus this chunk, all already
+// counted in the block table); slots [Tq_total] (device) for the new rows. max_q / max_k: host bounds.
+void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& dims,
+                      const MlaLayerWeights& w, const MlaCacheView& cache, const __nv_bfloat16* x, int64_t tokens,
+                      int batch, const int32_t* cu_q, const int32_t* cu_k, int64_t total_k, int max_q, int max_k,
+                      const int32_t* slots, __nv_bfloat16* out, bool accumulate = false);
+
+}  // namespace kimirt::cuda

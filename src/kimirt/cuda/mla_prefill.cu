@@ -1,0 +1,249 @@
+// Flash-attention forward for MLA prefill (FA2 structure): a block takes 64 queries of one head of one
+// sequence (4 warps × 16 rows), streams 64-key tiles of K and V through double-buffered shared memory
+// with cp.async, keeps Q fragments in registers, S and O in fp32 MMA accumulators, and rescales O by the
+// online-softmax correction per tile.
+#include "kimirt/cuda/check.h"
+#include "kimirt/cuda/device_utils.cuh"
+#include "kimirt/cuda/kernel_attr.h"
+#include "kimirt/cuda/mla_prefill.h"
+
+namespace kimirt::cuda {
+namespace {
+
+using detail::bf16;
+
+constexpr int kDqk = 192, kDnope = 128, kDv = 128;  // q/k head dim = nope 128 + rope 64
+constexpr int kBM = 64, kBN = 64, kWarps = 4, kThreads = kWarps * 32;
+constexpr int kQStride = kDqk + 8;  // +8 elements: rows land in distinct banks
+constexpr int kVStride = kDv + 8;
+constexpr int kQElems = kBM * kQStride;
+constexpr int kKElems = kBN * kQStride;
+constexpr int kVElems = kBN * kVStride;
+constexpr int kSmemBytes = (kQElems + 2 * kKElems + 2 * kVElems) * 2;
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct Params {
+  MlaPrefillArgs a;
+  float scale_log2;
+};
+
+__device__ __forceinline__ uint32_t lds32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__global__ void __launch_bounds__(kThreads) mla_prefill_kernel(Params prm) {
+  const MlaPrefillArgs& a = prm.a;
+  extern __shared__ __align__(16) bf16 smem[];
+  bf16* qs = smem;
+  bf16* ks = qs + kQElems;      // [2][kBN][kQStride]
+  bf16* vs = ks + 2 * kKElems;  // [2][kBN][kVStride]
+
+  const int b = blockIdx.z, head = blockIdx.y;
+  const int q_begin = a.cu_q[b], tq = a.cu_q[b + 1] - q_begin;
+  const int k_begin = a.cu_k[b], tk = a.cu_k[b + 1] - k_begin;
+  const int m0 = blockIdx.x * kBM;
+  if (m0 >= tq) return;
+  const int offset = tk - tq;  // position of query 0
+  const int last_q = min(m0 + kBM, tq) - 1;
+  const int n_keys = min(tk, offset + last_q + 1);
+  const int n_tiles = (n_keys + kBN - 1) / kBN;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+
+  // Q tile: 64 rows × 24 chunks of 8.
+  for (int i = tid; i < kBM * (kDqk / 8); i += kThreads) {
+    const int r = i / (kDqk / 8), c = i % (kDqk / 8);
+    const bool ok = m0 + r < tq;
+    const bf16* src = a.q + static_cast<int64_t>(q_begin + (ok ? m0 + r : 0)) * a.ld_q + head * kDqk + c * 8;
+    detail::cp_async16(qs + r * kQStride + c * 8, src, ok);
+  }
+  auto load_kv = [&](int tile, int stage) {
+    bf16* kd = ks + stage * kKElems;
+    bf16* vd = vs + stage * kVElems;
+    for (int i = tid; i < kBN * (kDqk / 8); i += kThreads) {
+      const int r = i / (kDqk / 8), c = i % (kDqk / 8);
+      const int key = tile * kBN + r;
+      const bool ok = key < tk;
+      const int64_t tok = k_begin + (ok ? key : 0);
+      const bf16* src = c < kDnope / 8 ? a.k_nope + tok * a.ld_k_nope + head * a.hs_k_nope + c * 8
+                                       : a.k_pe + tok * a.ld_k_pe + (c - kDnope / 8) * 8;
+      detail::cp_async16(kd + r * kQStride + c * 8, src, ok);
+    }
+    for (int i = tid; i < kBN * (kDv / 8); i += kThreads) {
+      const int r = i / (kDv / 8), c = i % (kDv / 8);
+      const int key = tile * kBN + r;
+      const bool ok = key < tk;
+      const int64_t tok = k_begin + (ok ? key : 0);
+      detail::cp_async16(vd + r * kVStride + c * 8, a.v + tok * a.ld_v + head * a.hs_v + c * 8, ok);
+    }
+  };
+  load_kv(0, 0);
+  detail::cp_async_commit();
+
+  float o[kDv / 8][4];
+#pragma unroll
+  for (int n = 0; n < kDv / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY};
+  float l_run[2] = {0.0f, 0.0f};
+  uint32_t qf[kDqk / 16][4];
+  const int row_lo = warp * 16 + g;  // this thread's rows within the tile: row_lo and row_lo + 8
+  const int qpos_lo = offset + m0 + row_lo;
+  const int qpos_hi = qpos_lo + 8;
+
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int stage = tile & 1;
+    if (tile + 1 < n_tiles) {
+      load_kv(tile + 1, stage ^ 1);
+      detail::cp_async_commit();
+      detail::cp_async_wait<1>();
+    } else {
+      detail::cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (tile == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kDqk / 16; ++kk) {
+        const bf16* q0 = qs + row_lo * kQStride + kk * 16 + 2 * t;
+        qf[kk][0] = lds32(q0);
+        qf[kk][1] = lds32(q0 + 8 * kQStride);
+        qf[kk][2] = lds32(q0 + 8);
+        qf[kk][3] = lds32(q0 + 8 * kQStride + 8);
+      }
+    }
+    const bf16* kt = ks + stage * kKElems;
+    const bf16* vt = vs + stage * kVElems;
+
+    float s[kBN / 8][4];
+#pragma unroll
+    for (int n = 0; n < kBN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kDqk / 16; ++kk) {
+#pragma unroll
+      for (int n = 0; n < kBN / 8; ++n) {
+        const bf16* kp = kt + (n * 8 + g) * kQStride + kk * 16 + 2 * t;
+        detail::mma_bf16_16816(s[n], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], lds32(kp), lds32(kp + 8));
+      }
+    }
+
+    // Mask, scale into the log2 domain, online softmax per row.
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kBN / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = tile * kBN + n * 8 + 2 * t + (e & 1);
+        const int qpos = e < 2 ? qpos_lo : qpos_hi;
+        const bool ok = key < tk && key <= qpos;
+        s[n][e] = ok ? s[n][e] * prm.scale_log2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m_run[r], mx[r]);
+      alpha[r] = m_new == -INFINITY ? 1.0f : exp2f(m_run[r] - m_new);
+      m_run[r] = m_new;
+    }
+    float rowsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < kBN / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float m = m_run[e >> 1];
+        const float p = m == -INFINITY ? 0.0f : exp2f(s[n][e] - m);
+        s[n][e] = p;
+        rowsum[e >> 1] += p;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rowsum[r];
+#pragma unroll
+    for (int n = 0; n < kDv / 8; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+
+    // O += P · V: P from the S accumulators (C layout == A layout of the next MMA), V via ldmatrix.trans.
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      const uint32_t p0 = detail::pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+      const uint32_t p1 = detail::pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+      const uint32_t p2 = detail::pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      const uint32_t p3 = detail::pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int np = 0; np < kDv / 16; ++np) {
+        const int mi = lane >> 3, r = lane & 7;
+        const bf16* vp = vt + (kk * 16 + r + 8 * (mi & 1)) * kVStride + np * 16 + 8 * (mi >> 1);
+        uint32_t vb[4];
+        detail::ldmatrix_x4_trans(vb, vp);
+        detail::mma_bf16_16816(o[2 * np], p0, p1, p2, p3, vb[0], vb[1]);
+        detail::mma_bf16_16816(o[2 * np + 1], p0, p1, p2, p3, vb[2], vb[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's prefetch overwrites this stage
+  }
+
+  // Epilogue: full row sums, normalize, optional σ(gate), store.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = m0 + row_lo + 8 * r;
+    if (row >= tq) continue;
+    const float inv_l = l_run[r] > 0.0f ? 1.0f / l_run[r] : 0.0f;
+    const int64_t token = q_begin + row;
+    bf16* dst = a.out + token * a.ld_out + head * kDv;
+    const bf16* gp = a.gate ? a.gate + token * a.ld_gate + head * kDv : nullptr;
+#pragma unroll
+    for (int n = 0; n < kDv / 8; ++n) {
+      const int col = n * 8 + 2 * t;
+      float v0 = o[n][2 * r] * inv_l, v1 = o[n][2 * r + 1] * inv_l;
+      if (gp) {
+        const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(gp + col));
+        v0 *= detail::sigmoid(gv.x);
+        v1 *= detail::sigmoid(gv.y);
+      }
+      *reinterpret_cast<uint32_t*>(dst + col) = detail::pack_bf16x2(v0, v1);
+    }
+  }
+}
+
+bool stride_ok(int64_t s) { return s > 0 && s % 8 == 0; }
+
+}  // namespace
+
+void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a) {
+  KIMIRT_CUDA_REQUIRE(a.batch >= 0 && a.heads > 0 && a.heads <= 65535 && a.max_q >= 0, "mla_prefill: batch ", a.batch,
+                      ", heads ", a.heads, ", max_q ", a.max_q);
+  if (a.batch == 0 || a.max_q == 0) return;
+  KIMIRT_CUDA_REQUIRE(a.batch <= 65535, "mla_prefill: batch ", a.batch, " exceeds 65535 sequences");
+  KIMIRT_CUDA_REQUIRE(a.q && a.k_nope && a.k_pe && a.v && a.out && a.cu_q && a.cu_k, "mla_prefill: null pointer");
+  KIMIRT_CUDA_REQUIRE(stride_ok(a.ld_q) && a.ld_q >= int64_t{a.heads} * kDqk, "mla_prefill: ld_q ", a.ld_q,
+                      " must be a multiple of 8 and >= heads*192");
+  KIMIRT_CUDA_REQUIRE(
+      stride_ok(a.ld_k_nope) && a.hs_k_nope % 8 == 0 && stride_ok(a.ld_k_pe) && stride_ok(a.ld_v) && a.hs_v % 8 == 0,
+      "mla_prefill: key/value strides (ld_k_nope ", a.ld_k_nope, ", hs_k_nope ", a.hs_k_nope, ", ld_k_pe ", a.ld_k_pe,
+      ", ld_v ", a.ld_v, ", hs_v ", a.hs_v, ") must be multiples of 8");
+  KIMIRT_CUDA_REQUIRE(stride_ok(a.ld_out) && a.ld_out >= int64_t{a.heads} * kDv, "mla_prefill: ld_out ", a.ld_out,
+                      " must be a multiple of 8 and >= heads*128");
+  KIMIRT_CUDA_REQUIRE(!a.gate || (stride_ok(a.ld_gate) && detail::aligned16(a.gate)), "mla_prefill: gate stride ",
+                      a.ld_gate, " must be a multiple of 8 and gate 16-byte aligned");
+  KIMIRT_CUDA_REQUIRE(detail::aligned16(a.q) && detail::aligned16(a.k_nope) && detail::aligned16(a.k_pe) &&
+                          detail::aligned16(a.v) && detail::aligned16(a.out),
+                      "mla_prefill: q, k_nope, k_pe, v and out must be 16-byte aligned");
+  Params p{a, (a.scale > 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(kDqk))) * kLog2e};
+  ensure_dynamic_smem(reinterpret_cast<const void*>(&mla_prefill_kernel), kSmemBytes);
+  const dim3 grid(static_cast<unsigned>((a.max_q + kBM - 1) / kBM), static_cast<unsigned>(a.heads),
+                  static_cast<unsigned>(a.batch));
+  mla_prefill_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kimirt::cuda

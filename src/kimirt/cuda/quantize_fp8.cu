@@ -1,0 +1,112 @@
+// E4M3 quantization kernels: one warp per 128-wide activation group, one block per 128×128 weight block.
+#include "kimirt/cuda/check.h"
+#include "kimirt/cuda/device_utils.cuh"
+#include "kimirt/cuda/fp8_group.cuh"
+#include "kimirt/cuda/gemm_lt.h"
+#include "kimirt/cuda/quantize_fp8.h"
+
+namespace kimirt::cuda {
+namespace {
+
+using detail::bf16;
+
+// Warp w of the grid handles (row = w / groups, group = w % groups); lane l holds inputs 4l..4l+3.
+__global__ void quantize_act_kernel(const bf16* __restrict__ x, int64_t ldx, int64_t m, int64_t m_pad, int64_t k,
+                                    uint8_t* __restrict__ xq, float* __restrict__ scales) {
+  const int64_t groups = k / 128;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp >= m_pad * groups) return;
+  const int64_t row = warp / groups;
+  const int64_t group = warp % groups;
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (row < m) {
+    const uint2 raw = *reinterpret_cast<const uint2*>(x + row * ldx + group * 128 + lane * 4);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    const float2 a = __bfloat1622float2(h[0]);
+    const float2 b = __bfloat1622float2(h[1]);
+    v[0] = a.x;
+    v[1] = a.y;
+    v[2] = b.x;
+    v[3] = b.y;
+  }
+  float scale;
+  const uint32_t codes = detail::quantize_group4(v, &scale);
+  *reinterpret_cast<uint32_t*>(xq + row * k + group * 128 + lane * 4) = codes;
+  if (lane == 0) scales[group * m_pad + row] = scale;
+}
+
+// One block of 256 threads per 128×128 weight block; thread t covers row t / 2 of the block, 64 columns.
+__global__ void quantize_weight_kernel(const bf16* __restrict__ w, int64_t n, int64_t k, uint8_t* __restrict__ wq,
+                                       float* __restrict__ scales, int64_t scale_cols) {
+  __shared__ float red[32];
+  const int64_t bn = blockIdx.y, bk = blockIdx.x;
+  const int64_t row = bn * 128 + threadIdx.x / 2;
+  const int64_t col0 = bk * 128 + (threadIdx.x % 2) * 64;
+  const bool valid = row < n;
+  float amax = 0.0f;
+  if (valid) {
+    for (int j = 0; j < 64; j += 8) {
+      float f[8];
+      detail::unpack8(detail::load16(w + row * k + col0 + j), f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
+    }
+  }
+  amax = detail::warp_max(amax);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  float block_amax = 0.0f;
+  for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) block_amax = fmaxf(block_amax, red[i]);
+  const float scale = block_amax > 0.0f ? block_amax / 448.0f : 1.0f;
+  if (threadIdx.x == 0) {
+    scales[bn * scale_cols + bk] = scale;
+    if (bk == gridDim.x - 1) {
+      for (int64_t c = gridDim.x; c < scale_cols; ++c) scales[bn * scale_cols + c] = 1.0f;
+    }
+  }
+  if (!valid) return;
+  for (int j = 0; j < 64; j += 8) {
+    float f[8];
+    detail::unpack8(detail::load16(w + row * k + col0 + j), f);
+    uint8_t q[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = detail::e4m3(f[i] / scale);
+    *reinterpret_cast<uint2*>(wq + row * k + col0 + j) = *reinterpret_cast<const uint2*>(q);
+  }
+}
+
+}  // namespace
+
+void quantize_fp8_act(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq,
+                      float* scales) {
+  KIMIRT_CUDA_REQUIRE(m >= 0 && k > 0 && k % 128 == 0, "quantize_fp8_act: k ", k,
+                      " must be a positive multiple of 128 (m ", m, ")");
+  KIMIRT_CUDA_REQUIRE(ldx >= k && ldx % 4 == 0, "quantize_fp8_act: row stride ", ldx, " must be >= k ", k,
+                      " and a multiple of 4");
+  if (m == 0) return;
+  KIMIRT_CUDA_REQUIRE(x && xq && scales, "quantize_fp8_act: null pointer");
+  KIMIRT_CUDA_REQUIRE((reinterpret_cast<uintptr_t>(x) & 7u) == 0 && (reinterpret_cast<uintptr_t>(xq) & 3u) == 0,
+                      "quantize_fp8_act: x must be 8-byte and xq 4-byte aligned");
+  const int64_t m_pad = fp8_pad_m(m);
+  const int64_t warps = m_pad * (k / 128);
+  const int threads = 256;
+  const int64_t blocks = (warps * 32 + threads - 1) / threads;
+  KIMIRT_CUDA_REQUIRE(blocks < (1ll << 31), "quantize_fp8_act: m ", m, " x k ", k, " too large");
+  quantize_act_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, ldx, m, m_pad, k, xq, scales);
+  KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+void quantize_fp8_weight(cudaStream_t stream, const __nv_bfloat16* w, int64_t n, int64_t k, uint8_t* wq,
+                         float* scales) {
+  KIMIRT_CUDA_REQUIRE(n > 0 && k > 0 && k % 128 == 0, "quantize_fp8_weight: k ", k,
+                      " must be a positive multiple of 128 (n ", n, ")");
+  KIMIRT_CUDA_REQUIRE(w && wq && scales, "quantize_fp8_weight: null pointer");
+  KIMIRT_CUDA_REQUIRE(detail::aligned16(w) && (reinterpret_cast<uintptr_t>(wq) & 7u) == 0,
+                      "quantize_fp8_weight: w must be 16-byte and wq 8-byte aligned");
+  const dim3 grid(static_cast<unsigned>(k / 128), static_cast<unsigned>((n + 127) / 128));
+  quantize_weight_kernel<<<grid, 256, 0, stream>>>(w, n, k, wq, scales, fp8_w_scale_cols(k));
+  KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kimirt::cuda

@@ -1,0 +1,45 @@
+// Token sampling on the GPU: only token ids go back to the host.
+//
+// Per row (request), with z = logits / temperature over the row's vocabulary slice:
+//   greedy (temperature == 0 or top_k == 1): argmax of the logits, ties to the lowest id;
+//   otherwise the kept set is {z ≥ τ} with τ the largest of
+//     top-k:  the k-th largest z (ties at the threshold are all kept),
+//     top-p:  the largest value whose tokens (among those kept by top-k) hold ≥ top_p of that mass,
+//     min-p:  z_max + ln(min_p)  (p ≥ min_p · p_max);
+//   and the token is argmax over the kept set of z + Gumbel noise (exactly a draw from the renormalized
+//   softmax). The noise of token i is Philox4x32-10 of (seed, step, i): the same request, seed and step
+//   give the same token, whatever the batch.
+// The top-k and top-p thresholds are found by 4-pass radix selection on the float bits (counts for top-k,
+// 2^-32 fixed-point probability mass for top-p, so the sums are exact and order-independent).
+//
+// Vocabulary sharding (TP): a row's slice is logits[:, 0 .. vocab) with ids offset by vocab_offset;
+// sample() also returns the winning score, and the Gumbel-max is separable: the cross-shard step keeps
+// the (score, id) pair with the largest score. That is exact for greedy and temperature sampling; top-k,
+// top-p and min-p need the global statistics of every shard (CrossShard in lm_head.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace kimirt::cuda {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  uint64_t seed = 0;
+  uint64_t step = 0;  // per-request counter: the number of tokens sampled so far
+};
+
+// Throws kimirt::Error naming the field (temperature finite ≥ 0, top_k ≥ 0, top_p in (0, 1],
+// min_p in [0, 1)).
+void validate(const SamplingParams& p);
+
+// logits [rows, vocab] fp32 (row stride ld); params [rows] on the device; out_ids [rows] int32 (ids +
+// vocab_offset); out_scores [rows] (may be null): the winning z + noise (or the max logit when greedy).
+void sample(cudaStream_t stream, const float* logits, int64_t ld, int64_t rows, int64_t vocab, int64_t vocab_offset,
+            const SamplingParams* params, int32_t* out_ids, float* out_scores = nullptr);
+
+}  // namespace kimirt::cuda

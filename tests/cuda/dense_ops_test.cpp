@@ -1,0 +1,282 @@
+// Dense ops against the CPU reference (kimirt::cpu, fp32) on the same bf16-rounded inputs. Bounds: one
+// bf16 rounding of the output (2^-9 relative) → ‖out − ref‖/‖ref‖ ≤ 4e-3 unless stated.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
+#include "kimirt/base/error.h"
+#include "kimirt/cpu/activation.h"
+#include "kimirt/cpu/attn_res.h"
+#include "kimirt/cpu/norm.h"
+#include "kimirt/cpu/router.h"
+#include "kimirt/cuda/attn_res.h"
+#include "kimirt/cuda/embedding.h"
+#include "kimirt/cuda/gemm_lt.h"
+#include "kimirt/cuda/quantize_fp8.h"
+#include "kimirt/cuda/rms_norm.h"
+#include "kimirt/cuda/router.h"
+#include "kimirt/cuda/situ.h"
+#include "test_util.h"
+
+namespace kimirt::cuda {
+namespace {
+
+using test::download;
+using test::upload;
+
+std::vector<float> dl_bf16(const DeviceBuffer& b, size_t n) { return test::from_bf16(download<uint16_t>(b.data(), n)); }
+
+TEST(Embedding, GathersRowsAndCountsBadIds) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 1000, hidden = 7168;
+  std::vector<float> table = test::random_vec(vocab * hidden, 1);
+  DeviceBuffer dt = upload(test::to_bf16(table));
+  const std::vector<int32_t> ids = {5, 999, 0, 1000, -1, 5};
+  DeviceBuffer di = upload(ids), bad = upload(std::vector<int32_t>{0});
+  DeviceBuffer out = test::poisoned(ids.size() * hidden * 2);
+  embedding_gather(nullptr, dt.as<__nv_bfloat16>(), vocab, hidden, di.as<int32_t>(), ids.size(),
+                   out.as<__nv_bfloat16>(), hidden, bad.as<int32_t>());
+  const auto got = dl_bf16(out, ids.size() * hidden);
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int64_t j = 0; j < hidden; ++j) {
+      const float want = ids[t] >= 0 && ids[t] < vocab ? table[ids[t] * hidden + j] : 0.0f;
+      ASSERT_EQ(got[t * hidden + j], want) << "token " << t << " dim " << j;
+    }
+  EXPECT_EQ(download<int32_t>(bad.data(), 1)[0], 2);
+}
+
+class NormShapes : public ::testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+
+TEST_P(NormShapes, RmsNormAndFusedAdd) {
+  KIMIRT_REQUIRE_GPU();
+  const auto [rows, dim] = GetParam();
+  std::vector<float> x = test::random_vec(rows * dim, 3, -2, 2), r = test::random_vec(rows * dim, 4),
+                     w = test::random_vec(dim, 5, 0.5, 1.5);
+  DeviceBuffer dx = upload(test::to_bf16(x)), dr = upload(test::to_bf16(r)), dw = upload(test::to_bf16(w));
+  DeviceBuffer out = test::poisoned(rows * dim * 2), sum = test::poisoned(rows * dim * 2);
+  std::vector<float> ref(rows * dim);
+  rms_norm(nullptr, dx.as<__nv_bfloat16>(), dim, dw.as<__nv_bfloat16>(), out.as<__nv_bfloat16>(), dim, rows, dim,
+           1e-5f);
+  cpu::rms_norm(x.data(), w.data(), ref.data(), rows, dim, 1e-5f);
+  EXPECT_LE(test::rel_err(dl_bf16(out, rows * dim), ref), 6e-3) << "rms_norm " << test::shape({rows, dim});
+
+  add_rms_norm(nullptr, dx.as<__nv_bfloat16>(), dim, dr.as<__nv_bfloat16>(), dim, sum.as<__nv_bfloat16>(), dim,
+               dw.as<__nv_bfloat16>(), out.as<__nv_bfloat16>(), dim, rows, dim, 1e-5f);
+  std::vector<float> s(rows * dim);
+  for (size_t i = 0; i < s.size(); ++i) s[i] = bf16_to_f32(f32_to_bf16(x[i] + r[i]));
+  EXPECT_EQ(dl_bf16(sum, rows * dim), s) << "the residual sum is the bf16-rounded x + r";
+  cpu::rms_norm(s.data(), w.data(), ref.data(), rows, dim, 1e-5f);
+  EXPECT_LE(test::rel_err(dl_bf16(out, rows * dim), ref), 6e-3) << "add_rms_norm " << test::shape({rows, dim});
+}
+
+INSTANTIATE_TEST_SUITE_P(K3AndOdd, NormShapes,
+                         ::testing::Values(std::make_pair(4, 7168), std::make_pair(33, 1536), std::make_pair(7, 512),
+                                           std::make_pair(3, 3584), std::make_pair(5, 8), std::make_pair(2, 16384),
+                                           std::make_pair(1, 2312)));
+
+TEST(RmsNormGated, BothInputTypes) {
+  KIMIRT_REQUIRE_GPU();
+  for (int64_t hd : {128, 256}) {
+    const int64_t rows = 9, heads = 96 / (hd / 128), width = heads * hd;
+    std::vector<float> x = test::random_vec(rows * width, 7, -3, 3), g = test::random_vec(rows * width, 8, -4, 4),
+                       w = test::random_vec(hd, 9, 0.5, 1.5);
+    std::vector<float> xb = x;
+    DeviceBuffer dxb = upload(test::to_bf16(xb)), dxf = upload(x), dg = upload(test::to_bf16(g)), dw = upload(w);
+    std::vector<float> ref(rows * width);
+    for (int in_f32 = 0; in_f32 < 2; ++in_f32) {
+      DeviceBuffer out = test::poisoned(rows * width * 2);
+      if (in_f32) {
+        rms_norm_gated(nullptr, dxf.as<float>(), width, dg.as<__nv_bfloat16>(), width, dw.as<float>(),
+                       out.as<__nv_bfloat16>(), width, rows, heads, hd, 1e-5f);
+        cpu::rms_norm_gated(x.data(), g.data(), w.data(), ref.data(), rows, heads, hd, 1e-5f);
+      } else {
+        rms_norm_gated(nullptr, dxb.as<__nv_bfloat16>(), width, dg.as<__nv_bfloat16>(), width, dw.as<float>(),
+                       out.as<__nv_bfloat16>(), width, rows, heads, hd, 1e-5f);
+        cpu::rms_norm_gated(xb.data(), g.data(), w.data(), ref.data(), rows, heads, hd, 1e-5f);
+      }
+      EXPECT_LE(test::rel_err(dl_bf16(out, rows * width), ref), 4e-3) << "head_dim " << hd << " f32 in " << in_f32;
+    }
+  }
+}
+
+TEST(Glu, SituSiluAndFp8Output) {
+  KIMIRT_REQUIRE_GPU();
+  for (int64_t width : {3072, 6144, 1024, 256}) {
+    const int64_t rows = width == 256 ? 7 : 5;
+    std::vector<float> gu = test::random_vec(rows * 2 * width, 11, -8, 8);
+    DeviceBuffer dgu = upload(test::to_bf16(gu));
+    const auto* gate = dgu.as<__nv_bfloat16>();
+    const auto* up = gate + width;
+    for (auto kind : {Glu::Kind::kSitu, Glu::Kind::kSilu}) {
+      Glu act{kind, 4.0f, 25.0f};
+      cpu::GluActivation ca =
+          kind == Glu::Kind::kSitu ? cpu::GluActivation::situ(4.0f, 25.0f) : cpu::GluActivation::silu();
+      std::vector<float> ref(rows * width);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < width; ++c)
+          ref[r * width + c] = cpu::glu(ca, gu[r * 2 * width + c], gu[r * 2 * width + width + c]);
+      DeviceBuffer out = test::poisoned(rows * width * 2);
+      glu(nullptr, act, gate, up, 2 * width, out.as<__nv_bfloat16>(), width, rows, width);
+      const auto got = dl_bf16(out, rows * width);
+      EXPECT_LE(test::rel_err(got, ref), 4e-3) << "glu width " << width;
+      if (width % 128 == 0) {
+        const int64_t rp = fp8_pad_m(rows);
+        DeviceBuffer q = test::poisoned(rp * width), s = test::poisoned(fp8_x_scale_count(rows, width) * 4);
+        glu_fp8(nullptr, act, gate, up, 2 * width, q.as<uint8_t>(), s.as<float>(), rows, width);
+        DeviceBuffer q2 = test::poisoned(rp * width), s2 = test::poisoned(fp8_x_scale_count(rows, width) * 4);
+        quantize_fp8_act(nullptr, out.as<__nv_bfloat16>(), width, rows, width, q2.as<uint8_t>(), s2.as<float>());
+        EXPECT_EQ(download<uint8_t>(q.data(), rp * width), download<uint8_t>(q2.data(), rp * width))
+            << "fused FP8 output equals quantize(bf16 output), width " << width;
+        EXPECT_EQ(download<float>(s.data(), fp8_x_scale_count(rows, width)),
+                  download<float>(s2.data(), fp8_x_scale_count(rows, width)));
+      }
+    }
+  }
+  // β₂ absent: u passes through.
+  std::vector<float> gu = test::random_vec(2 * 16, 3, -2, 2);
+  DeviceBuffer dgu = upload(test::to_bf16(gu));
+  DeviceBuffer out = test::poisoned(16 * 2);
+  glu(nullptr, Glu{Glu::Kind::kSitu, 4.0f, 0.0f}, dgu.as<__nv_bfloat16>(), dgu.as<__nv_bfloat16>() + 16, 32,
+      out.as<__nv_bfloat16>(), 16, 1, 16);
+  std::vector<float> ref(16);
+  for (int c = 0; c < 16; ++c) ref[c] = cpu::glu(cpu::GluActivation::situ(4.0f, std::nullopt), gu[c], gu[16 + c]);
+  EXPECT_LE(test::rel_err(dl_bf16(out, 16), ref), 4e-3);
+}
+
+// The GPU's expf and the host's std::exp may differ by an ulp, so two experts whose biased scores are
+// within a few ulp may legitimately trade places; everywhere else the selection must equal the CPU's
+// exactly, and exact ties (equal logits and biases give bit-equal scores on both) go to the lower id.
+TEST(Router, MatchesCpuSelectionAndWeights) {
+  KIMIRT_REQUIRE_GPU();
+  for (auto [experts, top_k] : {std::pair<int, int>{896, 16}, {256, 8}, {1024, 16}, {37, 5}}) {
+    const int64_t tokens = 64;
+    std::vector<float> logits = test::random_vec(tokens * experts, experts, -4, 4);
+    std::vector<float> bias = test::random_vec(experts, 2, -0.1f, 0.1f);
+    // Exact ties on the first token: equal scores for experts 3, 5, 7, above every other expert.
+    for (int e : {3, 5, 7}) logits[e] = 30.0f, bias[e] = 0.5f;  // σ(30) = 1 exactly in fp32
+    DeviceBuffer dl = upload(logits), db = upload(bias);
+    DeviceBuffer ids = test::poisoned(tokens * top_k * 4), w = test::poisoned(tokens * top_k * 4);
+    RouterParams p{experts, top_k, true, 2.5f};
+    router_topk(nullptr, dl.as<float>(), experts, db.as<float>(), tokens, p, ids.as<int32_t>(), w.as<float>());
+    const auto gid = download<int32_t>(ids.data(), tokens * top_k);
+    const auto gw = download<float>(w.data(), tokens * top_k);
+    cpu::RouterConfig cfg{experts, top_k, 1, 1, true, 2.5f};
+    constexpr float kNearTie = 1e-6f;
+    int exact_rows = 0;
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<float> scores(experts), biased(experts);
+      for (int e = 0; e < experts; ++e) {
+        scores[e] = cpu::sigmoid(logits[t * experts + e]);
+        biased[e] = scores[e] + bias[e];
+      }
+      std::vector<int32_t> rid(top_k);
+      std::vector<float> rw(top_k);
+      cpu::select_experts(cfg, scores.data(), bias.data(), rid.data(), rw.data());
+      const int32_t* g = &gid[t * top_k];
+      std::vector<bool> chosen(experts, false);
+      float sum = 0.0f;
+      for (int j = 0; j < top_k; ++j) {
+        ASSERT_TRUE(g[j] >= 0 && g[j] < experts && !chosen[g[j]]) << "token " << t << " slot " << j << " id " << g[j];
+        chosen[g[j]] = true;
+        sum += scores[g[j]];
+        if (j > 0) {
+          ASSERT_GE(biased[g[j - 1]], biased[g[j]] - kNearTie) << "order, token " << t << " slot " << j;
+        }
+      }
+      float min_in = INFINITY, max_out = -INFINITY;
+      for (int e = 0; e < experts; ++e) {
+        if (chosen[e]) {
+          min_in = std::min(min_in, biased[e]);
+        } else {
+          max_out = std::max(max_out, biased[e]);
+        }
+      }
+      ASSERT_GE(min_in, max_out - kNearTie) << "experts " << experts << " token " << t << ": not the top " << top_k;
+      exact_rows += std::equal(rid.begin(), rid.end(), g);
+      for (int j = 0; j < top_k; ++j) {
+        const float want = scores[g[j]] / (sum + 1e-20f) * 2.5f;
+        ASSERT_NEAR(gw[t * top_k + j], want, 1e-6f * std::max(1.0f, std::fabs(want))) << "weight, token " << t;
+      }
+    }
+    EXPECT_GE(exact_rows, tokens - 2) << "the GPU and CPU selections differ beyond near-ties";
+    EXPECT_EQ(gid[0], 3);
+    EXPECT_EQ(gid[1], 5);
+    EXPECT_EQ(gid[2], 7);
+  }
+  EXPECT_THROW(router_topk(nullptr, nullptr, 2000, nullptr, 1, RouterParams{2000, 16, true, 1.0f}, nullptr, nullptr),
+               Error);
+}
+
+TEST(AttnRes, MixAndNormMatchCpu) {
+  KIMIRT_REQUIRE_GPU();
+  for (auto [count, hidden] : {std::pair<int, int64_t>{9, 7168}, {12, 7168}, {1, 7168}, {3, 1032}}) {
+    const int64_t tokens = 6;
+    std::vector<std::vector<float>> cand(count);
+    std::vector<DeviceBuffer> dc;
+    std::vector<const __nv_bfloat16*> ptrs;
+    for (int i = 0; i < count; ++i) {
+      cand[i] = test::random_vec(tokens * hidden, 100 + i, -1.0f - i, 1.0f + i);
+      dc.push_back(upload(test::to_bf16(cand[i])));
+      ptrs.push_back(dc.back().as<__nv_bfloat16>());
+    }
+    std::vector<float> nw = test::random_vec(hidden, 1, 0.5, 1.5), pw = test::random_vec(hidden, 2, -0.05f, 0.05f),
+                       w = test::random_vec(hidden, 3, 0.5, 1.5);
+    DeviceBuffer dnw = upload(test::to_bf16(nw)), dpw = upload(test::to_bf16(pw)), dw = upload(test::to_bf16(w));
+    DeviceBuffer u = test::poisoned(hidden * 4);
+    attn_res_pseudo_query(nullptr, dnw.as<__nv_bfloat16>(), dpw.as<__nv_bfloat16>(), u.as<float>(), hidden);
+    DeviceBuffer mixed = test::poisoned(tokens * hidden * 2), normed = test::poisoned(tokens * hidden * 2);
+    attn_res_mix_norm(nullptr, ptrs.data(), count, hidden, tokens, hidden, u.as<float>(), 1e-5f, dw.as<__nv_bfloat16>(),
+                      1e-5f, mixed.as<__nv_bfloat16>(), normed.as<__nv_bfloat16>(), hidden);
+    std::vector<const float*> cp;
+    for (auto& c : cand) cp.push_back(c.data());
+    std::vector<float> ref_mix(tokens * hidden), ref_norm(tokens * hidden);
+    cpu::attn_res_mix(cp, tokens, hidden, cpu::AttnResWeights{nw.data(), pw.data()}, 1e-5f, ref_mix.data());
+    EXPECT_LE(test::rel_err(dl_bf16(mixed, tokens * hidden), ref_mix), 4e-3) << count << " candidates, H " << hidden;
+    std::vector<float> mix_b = dl_bf16(mixed, tokens * hidden);
+    cpu::rms_norm(mix_b.data(), w.data(), ref_norm.data(), tokens, hidden, 1e-5f);
+    EXPECT_LE(test::rel_err(dl_bf16(normed, tokens * hidden), ref_norm), 6e-3) << count << " candidates";
+  }
+}
+
+}  // namespace
+}  // namespace kimirt::cuda
+
+namespace kimirt::cuda {
+namespace {
+
+TEST(DenseOps, BadArgumentsAreErrorsNamingTheOp) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceBuffer buf(1 << 20);
+  auto* p = buf.as<__nv_bfloat16>();
+  auto expect_error = [](const std::function<void()>& fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { rms_norm(nullptr, p + 1, 64, p, p, 64, 2, 64, 1e-5f); }, "rms_norm");      // misaligned x
+  expect_error([&] { rms_norm(nullptr, p, 64, p, p, 64, 2, 60, 1e-5f); }, "rms_norm: dim 60");  // dim % 8
+  expect_error([&] { glu_fp8(nullptr, Glu{}, p, p + 64, 128, buf.as<uint8_t>(), buf.as<float>(), 2, 64); },
+               "glu_fp8: width 64");
+  expect_error(
+      [&] {
+        glu(nullptr, Glu{Glu::Kind::kSitu, 0.0f, 25.0f}, p, p + 64, 128, p, 64, 2, 64);
+      },
+      "activation_situ_beta");
+  std::vector<const __nv_bfloat16*> cands(13, p);
+  expect_error(
+      [&] {
+        attn_res_mix_norm(nullptr, cands.data(), 13, 64, 1, 64, buf.as<float>(), 1e-5f, p, 1e-5f, nullptr, p, 64);
+      },
+      "13 candidates");
+  expect_error([&] { embedding_gather(nullptr, p, 10, 12, buf.as<int32_t>(), 1, p, 12); }, "hidden 12");
+  expect_error([&] { rms_norm_gated(nullptr, p, 192, p, 192, buf.as<float>(), p, 192, 1, 2, 96, 1e-5f); },
+               "head_dim 96");
+}
+
+}  // namespace
+}  // namespace kimirt::cuda

@@ -1,0 +1,103 @@
+// Device foundation: error translation, memory budget parsing and planning, the arena, streams/events.
+#include <gtest/gtest.h>
+
+#include "kimirt/base/error.h"
+#include "kimirt/cuda/stream.h"
+#include "test_util.h"
+
+namespace kimirt::cuda {
+namespace {
+
+TEST(CudaCheck, FailedCallBecomesErrorNamingTheCall) {
+  try {
+    KIMIRT_CUDA_CHECK(cudaSetDevice(123456));
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cudaSetDevice(123456)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("foundation_test.cpp"), std::string::npos) << e.what();
+  }
+  (void)cudaGetLastError();
+}
+
+TEST(CudaCheck, RequireBuildsTheMessageFromParts) {
+  try {
+    KIMIRT_CUDA_REQUIRE(1 + 1 == 3, "op: field ", 42, " is bad");
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "op: field 42 is bad");
+  }
+}
+
+TEST(MemoryBudget, ParsesPercentAndSizes) {
+  EXPECT_DOUBLE_EQ(parse_memory_budget("85%").fraction, 0.85);
+  EXPECT_EQ(parse_memory_budget("120GiB").max_bytes, 120ull << 30);
+  EXPECT_EQ(parse_memory_budget("512 MiB").max_bytes, 512ull << 20);
+  EXPECT_EQ(parse_memory_budget("4096").max_bytes, 4096u);
+  EXPECT_THROW(parse_memory_budget("150%"), Error);
+  EXPECT_THROW(parse_memory_budget("12 parsecs"), Error);
+  EXPECT_THROW(parse_memory_budget(""), Error);
+  EXPECT_THROW(parse_memory_budget("-3G"), Error);
+}
+
+TEST(MemoryPlan, SplitsTheBudgetAndRefusesTooSmall) {
+  DeviceInfo dev;
+  dev.name = "test device";
+  dev.total_memory = 100ull << 30;
+  dev.free_memory = 99ull << 30;
+  MemoryBudget b;
+  b.fraction = 0.5;
+  b.step_bytes = 4ull << 30;
+  const MemoryPlan plan = plan_memory(dev, b);
+  EXPECT_EQ(plan.arena_bytes, 50ull << 30);
+  EXPECT_EQ(plan.step_bytes, 4ull << 30);
+  EXPECT_EQ(plan.persistent_bytes, 46ull << 30);
+  EXPECT_NE(memory_plan_text(plan).find("test device"), std::string::npos);
+  b.max_bytes = 1ull << 30;  // smaller than the step region
+  EXPECT_THROW(plan_memory(dev, b), Error);
+}
+
+TEST(DeviceArena, BumpAllocatesAlignedAndReportsOverflow) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceArena arena(1 << 20, 1 << 20);
+  void* a = arena.allocate_persistent(100, "layer.0.w");
+  void* b = arena.allocate_persistent(100, "layer.1.w");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % kArenaAlignment, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % kArenaAlignment, 0u);
+  EXPECT_NE(a, b);
+  const uint64_t mark = arena.mark();
+  void* s1 = arena.allocate_step(1000, "h");
+  arena.rewind(mark);
+  void* s2 = arena.allocate_step(1000, "h again");
+  EXPECT_EQ(s1, s2);
+  EXPECT_NE(arena.plan_text().find("layer.N.w"), std::string::npos) << arena.plan_text();
+  try {
+    arena.allocate_step(2 << 20, "too big");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too big"), std::string::npos);
+  }
+  EXPECT_THROW(arena.allocate_persistent(2 << 20, "weights"), Error);
+}
+
+TEST(Device, QueryAndStreamsWork) {
+  KIMIRT_REQUIRE_GPU();
+  const DeviceInfo info = query_device(0);
+  EXPECT_GT(info.sm_count, 0);
+  EXPECT_GT(info.total_memory, 0u);
+  EXPECT_NE(describe(info).find(info.name), std::string::npos);
+  EXPECT_THROW(query_device(info.ordinal + 1000), Error);
+  Stream s;
+  Event start(true), stop(true);
+  DeviceBuffer buf(1 << 20);
+  start.record(s);
+  fill_uniform(buf.as<float>(), (1 << 20) / 4, -1.0f, 1.0f, 7, s);
+  stop.record(s);
+  stop.synchronize();
+  EXPECT_TRUE(stop.done());
+  EXPECT_GE(elapsed_ms(start, stop), 0.0f);
+  const auto v = test::download<float>(buf.data(), 1000);
+  for (float x : v) ASSERT_TRUE(x >= -1.0f && x < 1.0f) << x;
+}
+
+}  // namespace
+}  // namespace kimirt::cuda

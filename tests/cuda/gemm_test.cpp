@@ -1,0 +1,256 @@
+// GEMMs: cuBLASLt BF16 (bf16 and fp32 out, batched), the skinny kernel, the dispatcher and the FP8
+// block-scale path, against fp64 dot products of the same bf16 / e4m3 inputs on sampled outputs.
+#include <gtest/gtest.h>
+
+#include "kimirt/base/error.h"
+#include "kimirt/cuda/gemm_dispatch.h"
+#include "kimirt/cuda/gemm_lt.h"
+#include "kimirt/cuda/gemv.h"
+#include "kimirt/cuda/mla_cache.h"
+#include "kimirt/cuda/quantize_fp8.h"
+#include "test_util.h"
+
+namespace kimirt::cuda {
+namespace {
+
+using test::download;
+using test::upload;
+
+struct Problem {
+  int64_t m, n, k;
+  std::vector<float> x, w;  // bf16-rounded values
+  DeviceBuffer dx, dw;
+  Problem(int64_t m_, int64_t n_, int64_t k_, uint32_t seed) : m(m_), n(n_), k(k_) {
+    x = test::random_vec(m * k, seed);
+    w = test::random_vec(n * k, seed + 1, -0.05f, 0.05f);
+    dx = upload(test::to_bf16(x));
+    dw = upload(test::to_bf16(w));
+  }
+  // Reference on up to 512 sampled outputs (all of them for small problems).
+  double error(const std::vector<float>& y, int64_t ldy) const {
+    std::vector<float> got, ref;
+    std::mt19937 rng(11);
+    const int64_t total = m * n;
+    const int64_t samples = std::min<int64_t>(total, 512);
+    for (int64_t s = 0; s < samples; ++s) {
+      const int64_t idx = total <= 512 ? s : static_cast<int64_t>(rng() % total);
+      const int64_t i = idx / n, j = idx % n;
+      double acc = 0.0;
+      for (int64_t kk = 0; kk < k; ++kk) acc += static_cast<double>(x[i * k + kk]) * w[j * k + kk];
+      got.push_back(y[i * ldy + j]);
+      ref.push_back(static_cast<float>(acc));
+    }
+    return test::rel_err(got, ref);
+  }
+};
+
+std::vector<float> y_as_float(const DeviceBuffer& y, OutType t, int64_t count) {
+  if (t == OutType::kF32) return download<float>(y.data(), count);
+  return test::from_bf16(download<uint16_t>(y.data(), count));
+}
+
+class GemmShapes : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
+
+// bf16 output: one rounding (2^-9 relative) on top of fp32 accumulation → ≤ 4e-3. fp32 output: only the
+// fp32 summation order differs from the fp64 reference; over K up to 12288 random-sign terms that is
+// ~eps·√K ≈ 7e-6 relative, so the bound is 3e-5 (an indexing error is O(1)).
+TEST_P(GemmShapes, SkinnyAndLtMatchReference) {
+  KIMIRT_REQUIRE_GPU();
+  const auto [m, n, k] = GetParam();
+  const DeviceInfo info = query_device(0);
+  Problem p(m, n, k, static_cast<uint32_t>(m * 7 + n + k));
+  DeviceBuffer ws(64 << 20);
+  GemmLt lt(ws.data(), ws.size());
+  for (OutType t : {OutType::kBF16, OutType::kF32}) {
+    const size_t esize = t == OutType::kF32 ? 4 : 2;
+    const double tol = t == OutType::kF32 ? 3e-5 : 4e-3;
+    DeviceBuffer y = test::poisoned(m * n * esize);
+    lt.linear_bf16(nullptr, p.dx.as<__nv_bfloat16>(), k, p.dw.as<__nv_bfloat16>(), k, y.data(), t, n, m, n, k);
+    EXPECT_LE(p.error(y_as_float(y, t, m * n), n), tol) << "cuBLASLt " << test::shape({m, n, k});
+    if (m <= kSkinnyMaxM) {
+      DeviceBuffer y2 = test::poisoned(m * n * esize);
+      DeviceBuffer sws(skinny_gemm_workspace_bytes(m, n, k, info.sm_count) + 16);
+      const SkinnyGemmArgs a{p.dx.as<__nv_bfloat16>(), k, p.dw.as<__nv_bfloat16>(), k, y2.data(), t, n, m, n, k, 0.0f};
+      skinny_gemm(nullptr, a, sws.data(), sws.size(), info.sm_count);
+      EXPECT_LE(p.error(y_as_float(y2, t, m * n), n), tol) << "skinny " << test::shape({m, n, k});
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(K3AndOdd, GemmShapes,
+                         ::testing::Values(std::make_tuple(1, 7168, 7168), std::make_tuple(1, 576, 7168),
+                                           std::make_tuple(3, 1536, 7168), std::make_tuple(8, 18432, 1536),
+                                           std::make_tuple(16, 7168, 12288), std::make_tuple(13, 896, 7168),
+                                           std::make_tuple(5, 100, 96), std::make_tuple(64, 2048, 7168),
+                                           std::make_tuple(37, 24, 160)));
+
+TEST(Gemm, AccumulateIntoYAndDispatcher) {
+  KIMIRT_REQUIRE_GPU();
+  const DeviceInfo info = query_device(0);
+  const int64_t m = 4, n = 1000, k = 512;
+  Problem p(m, n, k, 5);
+  DeviceBuffer ws(32 << 20), sws(8 << 20);
+  GemmLt lt(ws.data(), ws.size());
+  for (int table_m : {0, 16}) {  // 0: always cuBLASLt, 16: always skinny
+    GemmTable table;
+    table.set_default(table_m);
+    Linear linear(lt, sws.data(), sws.size(), info.sm_count, table);
+    EXPECT_EQ(linear.uses_skinny(m, n, k), table_m > 0);
+    std::vector<float> y0 = test::random_vec(m * n, 9);
+    DeviceBuffer y = upload(y0);
+    linear(nullptr, p.dx.as<__nv_bfloat16>(), p.dw.as<__nv_bfloat16>(), y.data(), OutType::kF32, m, n, k, 1.0f);
+    std::vector<float> got = download<float>(y.data(), m * n);
+    for (size_t i = 0; i < got.size(); ++i) got[i] -= y0[i];
+    EXPECT_LE(p.error(got, n), 3e-5) << "beta = 1 with table max m " << table_m;
+  }
+}
+
+TEST(Gemm, BatchedAbsorptionLayout) {
+  KIMIRT_REQUIRE_GPU();
+  // y_h[m, 512] = x_h[m, 128] · W_h[128, 512] for 5 heads, the MLA q absorption (W not transposed).
+  const int64_t heads = 5, m = 3, kdim = 128, ndim = 512;
+  std::vector<float> x = test::random_vec(m * heads * 192, 1), w = test::random_vec(heads * 256 * ndim, 2, -0.1f, 0.1f);
+  DeviceBuffer dx = upload(test::to_bf16(x)), dw = upload(test::to_bf16(w));
+  DeviceBuffer y = test::poisoned(m * heads * 576 * 2);
+  DeviceBuffer ws(16 << 20);
+  GemmLt lt(ws.data(), ws.size());
+  lt.batched_bf16(nullptr, dx.as<__nv_bfloat16>(), heads * 192, 192, dw.as<__nv_bfloat16>(), ndim, 256 * ndim, false,
+                  y.data(), OutType::kBF16, heads * 576, 576, m, ndim, kdim, heads);
+  const auto got = test::from_bf16(download<uint16_t>(y.data(), m * heads * 576));
+  std::vector<float> g, r;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < ndim; ++j) {
+        double acc = 0;
+        for (int64_t kk = 0; kk < kdim; ++kk)
+          acc += double(x[i * heads * 192 + h * 192 + kk]) * w[(h * 256 + kk) * ndim + j];
+        g.push_back(got[i * heads * 576 + h * 576 + j]);
+        r.push_back(float(acc));
+      }
+  EXPECT_LE(test::rel_err(g, r), 4e-3);
+
+  // The same product through the skinny kernel on the transposed layout (mla_transpose_uk), and the W_UV
+  // product o_h[m, 128] = ō_h[m, 512] · W_UV_hᵀ through Linear::batched on both paths.
+  DeviceBuffer wt(heads * 512 * 128 * 2);
+  mla_transpose_uk(nullptr, dw.as<__nv_bfloat16>(), heads, wt.as<__nv_bfloat16>());
+  const auto wt_h = test::from_bf16(download<uint16_t>(wt.data(), heads * 512 * 128));
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t n = 0; n < 512; ++n)
+      for (int64_t kk = 0; kk < 128; ++kk)
+        ASSERT_EQ(wt_h[(h * 512 + n) * 128 + kk], w[(h * 256 + kk) * 512 + n]) << h << "," << n << "," << kk;
+  const int sms = query_device(0).sm_count;
+  DeviceBuffer sws(8 << 20);
+  std::vector<float> ob = test::random_vec(m * heads * 512, 3);
+  DeviceBuffer dob = upload(test::to_bf16(ob));
+  for (int table_m : {0, 16}) {
+    GemmTable table;
+    table.set_default(table_m);
+    Linear linear(lt, sws.data(), sws.size(), sms, table);
+    DeviceBuffer y2 = test::poisoned(m * heads * 576 * 2);
+    linear.batched(nullptr, dx.as<__nv_bfloat16>(), heads * 192, 192, wt.as<__nv_bfloat16>(), 128, 512 * 128, y2.data(),
+                   OutType::kBF16, heads * 576, 576, m, 512, 128, heads);
+    const auto got2 = test::from_bf16(download<uint16_t>(y2.data(), m * heads * 576));
+    std::vector<float> g2;
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < ndim; ++j) g2.push_back(got2[i * heads * 576 + h * 576 + j]);
+    EXPECT_LE(test::rel_err(g2, r), 4e-3) << "absorption via Linear::batched, table max m " << table_m;
+
+    DeviceBuffer o = test::poisoned(m * heads * 128 * 2);
+    linear.batched(nullptr, dob.as<__nv_bfloat16>(), heads * 512, 512, dw.as<__nv_bfloat16>() + 128 * 512, 512,
+                   256 * 512, o.data(), OutType::kBF16, heads * 128, 128, m, 128, 512, heads);
+    const auto og = test::from_bf16(download<uint16_t>(o.data(), m * heads * 128));
+    std::vector<float> gg, rr;
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < 128; ++j) {
+          double acc = 0;
+          for (int64_t kk = 0; kk < 512; ++kk)
+            acc += double(ob[i * heads * 512 + h * 512 + kk]) * w[(h * 256 + 128 + j) * 512 + kk];
+          gg.push_back(og[i * heads * 128 + h * 128 + j]);
+          rr.push_back(float(acc));
+        }
+    EXPECT_LE(test::rel_err(gg, rr), 4e-3) << "W_UV via Linear::batched, table max m " << table_m;
+  }
+}
+
+TEST(Gemm, Fp8BlockScaleAgainstDequantizedReference) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceBuffer ws(64 << 20);
+  GemmLt lt(ws.data(), ws.size());
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{5, 576, 7168}, {64, 2048, 1536}, {4, 256, 128}}) {
+    Problem p(m, n, k, 21);
+    const int64_t mp = fp8_pad_m(m);
+    DeviceBuffer xq = test::poisoned(mp * k), xs = test::poisoned(fp8_x_scale_count(m, k) * 4);
+    DeviceBuffer wq = test::poisoned(n * k), wsc = test::poisoned(fp8_w_scale_count(n, k) * 4);
+    quantize_fp8_act(nullptr, p.dx.as<__nv_bfloat16>(), k, m, k, xq.as<uint8_t>(), xs.as<float>());
+    quantize_fp8_weight(nullptr, p.dw.as<__nv_bfloat16>(), n, k, wq.as<uint8_t>(), wsc.as<float>());
+    const auto xq_h = download<uint8_t>(xq.data(), mp * k);
+    const auto xs_h = download<float>(xs.data(), fp8_x_scale_count(m, k));
+    const auto wq_h = download<uint8_t>(wq.data(), n * k);
+    const auto ws_h = download<float>(wsc.data(), fp8_w_scale_count(n, k));
+    // The quantizers match a host quantizer exactly.
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t g = 0; g < k / 128; ++g) {
+        float amax = 0;
+        for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(p.x[i * k + g * 128 + j]));
+        const float s = amax > 0 ? amax / 448.0f : 1.0f;
+        ASSERT_EQ(xs_h[g * mp + i], s) << "act scale row " << i << " group " << g;
+        for (int j = 0; j < 128; ++j)
+          ASSERT_EQ(xq_h[i * k + g * 128 + j], f32_to_e4m3(p.x[i * k + g * 128 + j] / s, Overflow::kSaturate))
+              << "act code " << i << "," << g * 128 + j;
+      }
+    Problem deq(0, 0, 0, 0);
+    deq.m = m, deq.n = n, deq.k = k;
+    deq.x.resize(m * k);
+    deq.w.resize(n * k);
+    const int64_t sc = fp8_w_scale_cols(k);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < k; ++j) deq.x[i * k + j] = e4m3_to_f32(xq_h[i * k + j]) * xs_h[(j / 128) * mp + i];
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < k; ++j) deq.w[i * k + j] = e4m3_to_f32(wq_h[i * k + j]) * ws_h[(i / 128) * sc + j / 128];
+    DeviceBuffer y = test::poisoned(m * n * 2);
+    DeviceBuffer dscratch(fp8_d_scratch_bytes(m, n) + 16);
+    lt.linear_fp8(nullptr, xq.as<uint8_t>(), xs.as<float>(), wq.as<uint8_t>(), wsc.as<float>(), y.as<__nv_bfloat16>(),
+                  n, m, n, k, dscratch.data(), dscratch.size());
+    EXPECT_LE(deq.error(test::from_bf16(download<uint16_t>(y.data(), m * n)), n), 4e-3)
+        << "FP8 block GEMM " << test::shape({m, n, k});
+    // And the quantized product stays near the bf16 product: E4M3's 3 mantissa bits give ~5% rms per term.
+    EXPECT_LE(p.error(test::from_bf16(download<uint16_t>(y.data(), m * n)), n), 0.1);
+  }
+}
+
+TEST(Gemm, BadArgumentsAreErrors) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceBuffer ws(1 << 20), buf(1 << 20);
+  GemmLt lt(ws.data(), ws.size());
+  auto* p = buf.as<__nv_bfloat16>();
+  EXPECT_THROW(lt.linear_bf16(nullptr, p, 10, p, 64, p, OutType::kBF16, 64, 2, 64, 64), Error);  // ldx < k
+  EXPECT_THROW(lt.linear_fp8(nullptr, buf.as<uint8_t>(), buf.as<float>(), buf.as<uint8_t>(), buf.as<float>(), p, 64, 4,
+                             64, 100, nullptr, 0),
+               Error);                                                               // k not a multiple of 128
+  const SkinnyGemmArgs a{p + 1, 64, p, 64, p, OutType::kBF16, 64, 2, 64, 64, 0.0f};  // misaligned x
+  EXPECT_FALSE(skinny_gemm_supported(a));
+  EXPECT_THROW(skinny_gemm(nullptr, a, nullptr, 0, 132), Error);
+}
+
+TEST(GemmTable, LoadsAndRejectsBadLines) {
+  const std::string path = ::testing::TempDir() + "/gemm_table.txt";
+  {
+    FILE* f = fopen(path.c_str(), "w");
+    fputs("# measured\n* * 4\n7168 7168 12\n", f);
+    fclose(f);
+  }
+  const GemmTable t = GemmTable::load(path);
+  EXPECT_EQ(t.max_skinny_m(7168, 7168), 12);
+  EXPECT_EQ(t.max_skinny_m(1, 2), 4);
+  {
+    FILE* f = fopen(path.c_str(), "w");
+    fputs("7168 7168 99\n", f);
+    fclose(f);
+  }
+  EXPECT_THROW(GemmTable::load(path), Error);
+}
+
+}  // namespace
+}  // namespace kimirt::cuda

@@ -1,0 +1,184 @@
+// MLA attention kernels and cache ops against fp64 loops over the same bf16 inputs. Bound: bf16 P in the
+// P·V product plus bf16 output → ≤ 1e-2 (typically ~3e-3).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kimirt/base/error.h"
+#include "kimirt/cuda/mla_cache.h"
+#include "kimirt/cuda/mla_decode.h"
+#include "kimirt/cuda/mla_prefill.h"
+#include "test_util.h"
+
+namespace kimirt::cuda {
+namespace {
+
+using test::download;
+using test::upload;
+
+std::vector<float> dl_bf16(const DeviceBuffer& b, size_t n) { return test::from_bf16(download<uint16_t>(b.data(), n)); }
+double sigm(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+TEST(MlaPrefill, VarlenChunkedCausalWithGate) {
+  KIMIRT_REQUIRE_GPU();
+  for (int heads : {96, 12, 5}) {
+    // Sequence 0: 70 new queries over 70 keys; sequence 1: 33 queries after 100 cached keys; sequence 2: 1.
+    const std::vector<int32_t> tq = {70, 33, 1}, tk = {70, 133, 9};
+    std::vector<int32_t> cu_q = {0}, cu_k = {0};
+    for (size_t b = 0; b < tq.size(); ++b) cu_q.push_back(cu_q.back() + tq[b]), cu_k.push_back(cu_k.back() + tk[b]);
+    const int64_t nq = cu_q.back(), nk = cu_k.back();
+    std::vector<float> q = test::random_vec(nq * heads * 192, 1, -2, 2),
+                       kv = test::random_vec(nk * heads * 256, 2, -2, 2), lat = test::random_vec(nk * 576, 3, -2, 2),
+                       gate = test::random_vec(nq * heads * 128, 4, -3, 3);
+    DeviceBuffer dq = upload(test::to_bf16(q)), dkv = upload(test::to_bf16(kv)), dlat = upload(test::to_bf16(lat)),
+                 dg = upload(test::to_bf16(gate)), dcq = upload(cu_q), dck = upload(cu_k);
+    DeviceBuffer out = test::poisoned(nq * heads * 128 * 2);
+    MlaPrefillArgs a;
+    a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 192;
+    a.k_nope = dkv.as<__nv_bfloat16>(), a.ld_k_nope = heads * 256, a.hs_k_nope = 256;
+    a.k_pe = dlat.as<__nv_bfloat16>() + 512, a.ld_k_pe = 576;
+    a.v = dkv.as<__nv_bfloat16>() + 128, a.ld_v = heads * 256, a.hs_v = 256;
+    a.gate = dg.as<__nv_bfloat16>(), a.ld_gate = heads * 128;
+    a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 128;
+    a.cu_q = dcq.as<int32_t>(), a.cu_k = dck.as<int32_t>();
+    a.batch = 3, a.heads = heads, a.max_q = 70;
+    mla_prefill(nullptr, a);
+    const auto got = dl_bf16(out, nq * heads * 128);
+    std::vector<float> ref(nq * heads * 128);
+    const double scale = 1.0 / std::sqrt(192.0);
+    for (size_t b = 0; b < tq.size(); ++b)
+      for (int i = 0; i < tq[b]; ++i)
+        for (int h = 0; h < heads; ++h) {
+          const int64_t qi = cu_q[b] + i;
+          const int pos = tk[b] - tq[b] + i;
+          std::vector<double> s(pos + 1);
+          double mx = -1e300;
+          for (int j = 0; j <= pos; ++j) {
+            const int64_t kj = cu_k[b] + j;
+            double acc = 0;
+            for (int d = 0; d < 128; ++d) acc += double(q[(qi * heads + h) * 192 + d]) * kv[(kj * heads + h) * 256 + d];
+            for (int d = 0; d < 64; ++d) acc += double(q[(qi * heads + h) * 192 + 128 + d]) * lat[kj * 576 + 512 + d];
+            s[j] = acc * scale;
+            mx = std::max(mx, s[j]);
+          }
+          double den = 0;
+          for (auto& v : s) den += (v = std::exp(v - mx));
+          for (int d = 0; d < 128; ++d) {
+            double o = 0;
+            for (int j = 0; j <= pos; ++j) o += s[j] * kv[((cu_k[b] + j) * heads + h) * 256 + 128 + d];
+            ref[(qi * heads + h) * 128 + d] = float(o / den * sigm(gate[qi * heads * 128 + h * 128 + d]));
+          }
+        }
+    EXPECT_LE(test::rel_err(got, ref), 1e-2) << "prefill heads " << heads;
+  }
+}
+
+TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
+  KIMIRT_REQUIRE_GPU();
+  const int page = 64;
+  for (int heads : {96, 16, 7}) {
+    const std::vector<int32_t> lens = {1, 77, 700, 64};
+    const int batch = lens.size();
+    const int max_pages = 12;
+    // Pages scattered in reverse order to exercise the block table.
+    const int num_pages = batch * max_pages;
+    std::vector<int32_t> table(batch * max_pages);
+    for (int i = 0; i < batch * max_pages; ++i) table[i] = num_pages - 1 - i;
+    std::vector<float> cache = test::random_vec(size_t(num_pages) * page * 576, 5, -2, 2);
+    std::vector<float> q = test::random_vec(batch * heads * 576, 6, -0.5f, 0.5f);
+    DeviceBuffer dc = upload(test::to_bf16(cache)), dq = upload(test::to_bf16(q)), dt = upload(table),
+                 dl = upload(lens);
+    std::vector<float> ref(batch * heads * 512);
+    for (int b = 0; b < batch; ++b)
+      for (int h = 0; h < heads; ++h) {
+        std::vector<double> s(lens[b]);
+        double mx = -1e300;
+        for (int j = 0; j < lens[b]; ++j) {
+          const int64_t row = int64_t(table[b * max_pages + j / page]) * page + j % page;
+          double acc = 0;
+          for (int d = 0; d < 576; ++d) acc += double(q[(b * heads + h) * 576 + d]) * cache[row * 576 + d];
+          s[j] = acc / std::sqrt(192.0);
+          mx = std::max(mx, s[j]);
+        }
+        double den = 0;
+        for (auto& v : s) den += (v = std::exp(v - mx));
+        for (int d = 0; d < 512; ++d) {
+          double o = 0;
+          for (int j = 0; j < lens[b]; ++j)
+            o += s[j] * cache[(int64_t(table[b * max_pages + j / page]) * page + j % page) * 576 + d];
+          ref[(b * heads + h) * 512 + d] = float(o / den);
+        }
+      }
+    for (int sms : {1, 132, 1000}) {  // 1 SM: no split; more: split-KV with the merge kernel
+      const MlaDecodePlan plan = plan_mla_decode(batch, heads, 700, sms);
+      DeviceBuffer ws(plan.workspace_bytes + 16);
+      DeviceBuffer out = test::poisoned(batch * heads * 512 * 2);
+      MlaDecodeArgs a;
+      a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576;
+      a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
+      a.block_table = dt.as<int32_t>(), a.ld_block_table = max_pages, a.seq_lens = dl.as<int32_t>();
+      a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = batch, a.heads = heads;
+      mla_decode(nullptr, a, plan, ws.data());
+      EXPECT_LE(test::rel_err(dl_bf16(out, batch * heads * 512), ref), 1e-2)
+          << "decode heads " << heads << " splits " << plan.splits;
+    }
+  }
+}
+
+TEST(MlaCache, NormAppendGatherAndGate) {
+  KIMIRT_REQUIRE_GPU();
+  const int page = 64, tokens = 5, pages = 4;
+  std::vector<float> kv = test::random_vec(tokens * 600, 1, -3, 3), w = test::random_vec(512, 2, 0.5, 1.5);
+  DeviceBuffer dkv = upload(test::to_bf16(kv)), dw = upload(test::to_bf16(w));
+  const std::vector<int32_t> slots = {3 * page + 0, 3 * page + 1, 0 * page + 63, -1, 2 * page + 5};
+  DeviceBuffer ds = upload(slots);
+  DeviceBuffer cache = test::poisoned(pages * page * 576 * 2), lat = test::poisoned(tokens * 576 * 2);
+  mla_kv_norm_append(nullptr, dkv.as<__nv_bfloat16>(), 600, dw.as<__nv_bfloat16>(), 1e-6f, ds.as<int32_t>(), tokens,
+                     cache.as<__nv_bfloat16>(), lat.as<__nv_bfloat16>(), 576);
+  const auto got = dl_bf16(lat, tokens * 576);
+  std::vector<float> ref(tokens * 576);
+  for (int t = 0; t < tokens; ++t) {
+    double ss = 0;
+    for (int d = 0; d < 512; ++d) ss += double(kv[t * 600 + d]) * kv[t * 600 + d];
+    const double rs = 1.0 / std::sqrt(ss / 512 + 1e-6);
+    for (int d = 0; d < 512; ++d) ref[t * 576 + d] = float(kv[t * 600 + d] * rs * w[d]);
+    for (int d = 512; d < 576; ++d) ref[t * 576 + d] = kv[t * 600 + d];
+  }
+  EXPECT_LE(test::rel_err(got, ref), 6e-3);
+  const auto cache_h = dl_bf16(cache, pages * page * 576);
+  for (int t = 0; t < tokens; ++t) {
+    if (slots[t] < 0) continue;
+    for (int d = 0; d < 576; ++d) ASSERT_EQ(cache_h[int64_t(slots[t]) * 576 + d], got[t * 576 + d]) << t;
+  }
+  // Gather: sequence 0 = slots 3*64+0, 3*64+1 (table {3}), sequence 1 = page 2 rows 0..5.
+  const std::vector<int32_t> table = {3, 0, 2, 0}, cu = {0, 2, 8};
+  DeviceBuffer dt = upload(table), dcu = upload(cu), out = test::poisoned(8 * 576 * 2);
+  mla_gather_latent(nullptr, cache.as<__nv_bfloat16>(), page, dt.as<int32_t>(), 2, dcu.as<int32_t>(), 2, 6,
+                    out.as<__nv_bfloat16>());
+  const auto g = dl_bf16(out, 8 * 576);
+  for (int d = 0; d < 576; ++d) {
+    ASSERT_EQ(g[0 * 576 + d], got[0 * 576 + d]);
+    ASSERT_EQ(g[1 * 576 + d], got[1 * 576 + d]);
+    ASSERT_EQ(g[7 * 576 + d], got[4 * 576 + d]);  // page 2 row 5
+  }
+  // Gate.
+  std::vector<float> x = test::random_vec(3 * 256, 7), gt = test::random_vec(3 * 256, 8, -4, 4);
+  DeviceBuffer dx = upload(test::to_bf16(x)), dg = upload(test::to_bf16(gt));
+  sigmoid_gate_mul(nullptr, dx.as<__nv_bfloat16>(), 256, dg.as<__nv_bfloat16>(), 256, 3, 256);
+  std::vector<float> r(3 * 256);
+  for (size_t i = 0; i < r.size(); ++i) r[i] = float(x[i] * sigm(gt[i]));
+  EXPECT_LE(test::rel_err(dl_bf16(dx, 3 * 256), r), 4e-3);
+}
+
+TEST(MlaDecode, BadArgumentsAreErrors) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceBuffer buf(1 << 20);
+  MlaDecodeArgs a;
+  a.q = buf.as<__nv_bfloat16>(), a.ld_q = 576, a.cache = a.q, a.page_size = 48, a.block_table = buf.as<int32_t>(),
+  a.ld_block_table = 1, a.seq_lens = buf.as<int32_t>(), a.out = buf.as<__nv_bfloat16>(), a.ld_out = 512, a.batch = 1,
+  a.heads = 1;
+  EXPECT_THROW(mla_decode(nullptr, a, plan_mla_decode(1, 1, 10, 132), nullptr), Error);  // page 48
+}
+
+}  // namespace
+}  // namespace kimirt::cuda

@@ -1,0 +1,90 @@
+// Helpers of the GPU tests: skip without a device, host<->device copies, bf16 on the host, random data,
+// relative errors. Every test poisons its outputs (NaN) before the run and compares with a reference
+// computed on the host from the same (bf16-rounded) inputs.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kimirt/cuda/check.h"
+#include "kimirt/cuda/device.h"
+#include "kimirt/cuda/memory.h"
+#include "kimirt/cuda/random_fill.h"
+#include "kimirt/tensor/float_convert.h"
+
+#define KIMIRT_REQUIRE_GPU()                                                \
+  do {                                                                      \
+    if (!::kimirt::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+namespace kimirt::cuda::test {
+
+inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Rounds to bf16 in place and returns the bf16 codes.
+inline std::vector<uint16_t> to_bf16(std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    out[i] = f32_to_bf16(v[i]);
+    v[i] = bf16_to_f32(out[i]);
+  }
+  return out;
+}
+
+inline std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_f32(v[i]);
+  return out;
+}
+
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& host) {
+  DeviceBuffer buf(host.size() * sizeof(T) + 16);
+  KIMIRT_CUDA_CHECK(cudaMemcpy(buf.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return buf;
+}
+
+template <typename T>
+std::vector<T> download(const void* dev, size_t n) {
+  std::vector<T> host(n);
+  KIMIRT_CUDA_CHECK(cudaDeviceSynchronize());
+  KIMIRT_CUDA_CHECK(cudaMemcpy(host.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+inline DeviceBuffer poisoned(size_t bytes) {
+  DeviceBuffer buf(bytes + 16);
+  poison(buf.data(), buf.size(), nullptr);
+  return buf;
+}
+
+// ‖out − ref‖ / ‖ref‖; any NaN in out gives +inf.
+inline double rel_err(const std::vector<float>& out, const std::vector<float>& ref) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (std::isnan(out[i])) return INFINITY;
+    const double d = static_cast<double>(out[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+inline std::string shape(std::initializer_list<int64_t> dims) {
+  std::string s = "[";
+  for (int64_t d : dims) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
+  return s + "]";
+}
+
+}  // namespace kimirt::cuda::test
