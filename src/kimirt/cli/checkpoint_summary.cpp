@@ -1,0 +1,203 @@
+#include "kimirt/cli/checkpoint_summary.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kimirt/base/error.h"
+#include "kimirt/base/progress.h"
+#include "kimirt/io/checkpoint.h"
+#include "kimirt/model/load_plan.h"
+#include "kimirt/model/schema.h"
+#include "kimirt/quant/weight_format.h"
+#include "kimirt/text/chat_family.h"
+
+namespace kimirt::cli {
+namespace {
+
+// Splits "a.b.weight_scale" into the weight's base and a component suffix; false for other tensors.
+bool split_component(const std::string& name, std::string* base, std::string* suffix) {
+  const auto dot = name.rfind('.');
+  if (dot == std::string::npos) return false;
+  *suffix = name.substr(dot + 1);
+  if (!quant::is_component_suffix(*suffix)) return false;
+  *base = name.substr(0, dot);
+  return true;
+}
+
+void count_weight_formats(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
+  std::map<std::string, std::vector<quant::PresentTensor>> by_base;
+  for (const auto& name : checkpoint.tensor_names()) {
+    std::string base, suffix;
+    if (!split_component(name, &base, &suffix)) continue;
+    by_base[base].push_back({suffix, checkpoint.at(name).info->dtype});
+  }
+  for (const auto& [base, present] : by_base) {
+    try {
+      const auto format = quant::detect_weight_format(base, present);
+      s.weights_per_format[std::string(quant::format_name(format))]++;
+    } catch (const Error& e) {
+      s.errors.push_back(e.what());
+    }
+  }
+}
+
+void check_against_schema(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
+  try {
+    const auto schema = model::Schema::for_checkpoint(*s.config, model::checkpoint_keys(checkpoint));
+    for (const auto& p : schema.params()) s.parameters += static_cast<uint64_t>(shape_numel(p.shape));
+    const auto plan = model::LoadPlan::build(checkpoint, schema, model::ParallelMapping{});
+    for (const auto& key : plan.unexpected_keys()) s.warnings.push_back("unexpected tensor " + key);
+  } catch (const Error& e) {
+    s.errors.push_back(e.what());
+  }
+}
+
+}  // namespace
+
+CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir) {
+  CheckpointSummary s;
+  s.dir = dir;
+  const auto report = io::validate_checkpoint_dir(dir);
+  s.errors = report.errors;
+  s.warnings = report.warnings;
+  if (!report.ok()) return s;
+  try {
+    const auto checkpoint = io::Checkpoint::open(dir);
+    for (const auto& shard : checkpoint.shards()) {
+      s.shards.push_back({shard.path().filename().string(), shard.file_size(), shard.tensors().size()});
+      for (const auto& t : shard.tensors()) s.bytes_per_dtype[std::string(dtype_name(t.dtype))] += t.nbytes();
+    }
+    s.tensors = checkpoint.size();
+    s.tensor_bytes = checkpoint.tensor_bytes();
+    for (const char* f : {"tiktoken.model", "tokenizer_config.json", "generation_config.json",
+                          "chat_template.jinja", "tokenization_kimi.py"}) {
+      if (checkpoint.has_file(f)) s.side_files.emplace_back(f);
+    }
+    count_weight_formats(checkpoint, s);
+    try {
+      s.config = model::ModelConfig::from_json(checkpoint.config(), (dir / "config.json").string());
+    } catch (const Error& e) {
+      s.errors.push_back(e.what());
+    }
+    if (s.config) check_against_schema(checkpoint, s);
+    try {
+      s.chat_template = text::inspect_chat_template(dir).describe();
+    } catch (const Error& e) {
+      s.warnings.push_back(e.what());
+    }
+  } catch (const Error& e) {
+    s.errors.push_back(e.what());
+  }
+  return s;
+}
+
+namespace {
+
+nlohmann::json model_json(const model::ModelConfig& c) {
+  int64_t kda = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) kda += c.is_kda_layer(l) ? 1 : 0;
+  nlohmann::json j = {
+      {"family", std::string(model::family_name(c.family))},
+      {"hidden_size", c.hidden_size},
+      {"layers", c.num_layers},
+      {"kda_layers", kda},
+      {"mla_layers", c.num_layers - kda},
+      {"vocab_size", c.vocab_size},
+      {"kda_heads", c.kda_num_heads},
+      {"kda_head_dim", c.kda_head_dim},
+      {"mla_heads", c.mla_num_heads},
+      {"q_lora_rank", c.q_lora_rank ? nlohmann::json(*c.q_lora_rank) : nlohmann::json(nullptr)},
+      {"kv_lora_rank", c.kv_lora_rank},
+      {"experts", c.num_experts},
+      {"experts_per_token", c.num_experts_per_token},
+      {"shared_experts", c.num_shared_experts},
+      {"moe_intermediate_size", c.moe_intermediate_size},
+      {"latent_moe_width", c.routed_expert_hidden_size ? nlohmann::json(*c.routed_expert_hidden_size)
+                                                       : nlohmann::json(nullptr)},
+      {"attn_res_block_size", c.attn_res_block_size},
+      {"activation", c.hidden_act == model::HiddenAct::kSitu ? "situ" : "silu"},
+      {"quantization", c.quantization.method == model::QuantMethod::kNone
+                           ? std::string("none")
+                           : std::string(quant::format_name(c.quantization.expert_format()))},
+  };
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json CheckpointSummary::to_json() const {
+  nlohmann::json j;
+  j["dir"] = dir.string();
+  j["ok"] = ok();
+  j["model"] = config ? model_json(*config) : nlohmann::json(nullptr);
+  j["parameters"] = parameters;
+  j["tensors"] = tensors;
+  j["tensor_bytes"] = tensor_bytes;
+  j["shards"] = nlohmann::json::array();
+  for (const auto& sh : shards) j["shards"].push_back({{"file", sh.file}, {"bytes", sh.bytes}, {"tensors", sh.tensors}});
+  j["bytes_per_dtype"] = bytes_per_dtype;
+  j["weights_per_format"] = weights_per_format;
+  j["side_files"] = side_files;
+  j["chat_template"] = chat_template;
+  j["errors"] = errors;
+  j["warnings"] = warnings;
+  return j;
+}
+
+std::string CheckpointSummary::to_text() const {
+  std::string out = fmt::format("checkpoint {}\n", dir.string());
+  if (config) {
+    const auto m = model_json(*config);
+    out += fmt::format(
+        "  model       {}: hidden {}, {} layers ({} KDA + {} MLA), vocab {}\n", m["family"].get<std::string>(),
+        config->hidden_size, config->num_layers, m["kda_layers"].get<int64_t>(), m["mla_layers"].get<int64_t>(),
+        config->vocab_size);
+    out += fmt::format("  attention   KDA {} heads x {}, MLA {} heads (q-LoRA {}, kv-LoRA {})\n",
+                       config->kda_num_heads, config->kda_head_dim, config->mla_num_heads,
+                       config->q_lora_rank ? std::to_string(*config->q_lora_rank) : std::string("none"),
+                       config->kv_lora_rank);
+    if (config->num_experts > 0) {
+      out += fmt::format("  moe         {} experts, top-{}, {} shared, width {}{}, {}\n", config->num_experts,
+                         config->num_experts_per_token, config->num_shared_experts, config->moe_intermediate_size,
+                         config->routed_expert_hidden_size
+                             ? fmt::format(" in a {}-wide latent", *config->routed_expert_hidden_size)
+                             : std::string(),
+                         m["activation"].get<std::string>());
+    }
+    if (config->has_attn_res()) out += fmt::format("  residual    AttnRes, block {}\n", config->attn_res_block_size);
+    out += fmt::format("  declared    quantization {}\n", m["quantization"].get<std::string>());
+  }
+  if (parameters) {
+    const double p = static_cast<double>(parameters);
+    out += p >= 1e9 ? fmt::format("  parameters  {:.2f} B\n", p / 1e9) : fmt::format("  parameters  {:.2f} M\n", p / 1e6);
+  }
+  if (!shards.empty()) {
+    out += fmt::format("  shards      {} files, {} tensors, {}\n", shards.size(), tensors, format_bytes(tensor_bytes));
+    for (const auto& sh : shards) {
+      out += fmt::format("    {}  {} tensors  {}\n", sh.file, sh.tensors, format_bytes(sh.bytes));
+    }
+  }
+  if (!bytes_per_dtype.empty()) {
+    out += "  dtypes     ";
+    for (const auto& [d, b] : bytes_per_dtype) out += fmt::format(" {} {}", d, format_bytes(b));
+    out += "\n";
+  }
+  if (!weights_per_format.empty()) {
+    out += "  weights    ";
+    for (const auto& [f, n] : weights_per_format) out += fmt::format(" {} {}", n, f);
+    out += "\n";
+  }
+  if (!side_files.empty()) {
+    out += "  files      ";
+    for (const auto& f : side_files) out += " " + f;
+    out += "\n";
+  }
+  if (!chat_template.empty()) out += "  " + chat_template + "\n";
+  for (const auto& w : warnings) out += "  warning: " + w + "\n";
+  for (const auto& e : errors) out += "  error: " + e + "\n";
+  out += ok() ? "  ok\n" : fmt::format("  INVALID: {} problem(s)\n", errors.size());
+  return out;
+}
+
+}  // namespace kimirt::cli

@@ -1,0 +1,40 @@
+// `kimirt inspect DIR [--json]`: validates a whole checkpoint directory and summarizes it. Exits 1 when
+// the checkpoint is invalid, after listing every problem found.
+#include <cstdio>
+#include <string>
+
+#include "kimirt/cli/checkpoint_summary.h"
+#include "kimirt/cli/command.h"
+#include "kimirt/cli/device_summary.h"
+
+namespace kimirt::cli {
+namespace {
+
+struct InspectArgs {
+  std::string dir;
+  bool json = false;
+  bool device = false;
+};
+
+const RegisterCommand kInspect("inspect", 10, [](CLI::App& app) {
+  auto args = std::make_shared<InspectArgs>();
+  auto* cmd = app.add_subcommand("inspect", "Validate a checkpoint directory and print a summary");
+  cmd->add_option("dir", args->dir, "checkpoint directory (config.json, *.safetensors, index)")->required();
+  cmd->add_flag("--json", args->json, "print the summary as JSON");
+  cmd->add_flag("--device", args->device, "also describe the GPU and the memory plan");
+  cmd->callback([args] {
+    const auto summary = summarize_checkpoint(args->dir);
+    if (args->json) {
+      auto j = summary.to_json();
+      if (args->device) j["device"] = device_summary_json(summary.config);
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::fputs(summary.to_text().c_str(), stdout);
+      if (args->device) std::fputs(device_summary_text(summary.config).c_str(), stdout);
+    }
+    set_exit_code(summary.ok() ? 0 : 1);
+  });
+});
+
+}  // namespace
+}  // namespace kimirt::cli

@@ -1,0 +1,247 @@
+// `kimirt run`: one prompt through the engine on the CPU backend, tokens streamed to stdout as they are
+// produced (text when the model directory has a tokenizer of the model's vocabulary, ids otherwise), then
+// the prompt and decode rates on stderr. Without -m it runs the embedded default: a small random Kimi K3
+// checkpoint generated once into the user's cache directory (what `make run` shows).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kimirt/base/error.h"
+#include "kimirt/base/log.h"
+#include "kimirt/base/thread_pool.h"
+#include "kimirt/base/timer.h"
+#include "kimirt/cli/command.h"
+#include "kimirt/comm/comm.h"
+#include "kimirt/io/safetensors_writer.h"
+#include "kimirt/model/loader.h"
+#include "kimirt/model/tiny_checkpoint.h"
+#include "kimirt/runtime/cpu_backend.h"
+#include "kimirt/runtime/engine.h"
+#include "kimirt/text/tokenizer.h"
+
+namespace kimirt::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunOptions {
+  std::string model_dir;
+  std::string prompt;
+  std::string ids;
+  runtime::SamplingParams sampling;
+  std::vector<std::string> stop;
+  size_t threads = hardware_threads();
+  int64_t prefill_chunk = 512;
+  std::string dump_logits;
+  bool print_ids = false;
+};
+
+// $XDG_CACHE_HOME/kimirt/default-k3, else ~/.cache/kimirt/default-k3.
+fs::path default_model_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return fs::path(xdg) / "kimirt" / "default-k3";
+  const char* home = std::getenv("HOME");
+  KIMIRT_CHECK(home && *home, "neither XDG_CACHE_HOME nor HOME is set: pass the model directory with -m");
+  return fs::path(home) / ".cache" / "kimirt" / "default-k3";
+}
+
+// The embedded default model, generated on first use.
+fs::path ensure_default_model() {
+  const fs::path dir = default_model_dir();
+  if (fs::is_regular_file(dir / "config.json")) return dir;
+  fs::create_directories(dir.parent_path());
+  std::fprintf(stderr, "kimirt: generating the default model (a small random Kimi K3) into %s\n", dir.c_str());
+  model::write_tiny_checkpoint(dir, model::tiny_config(model::ModelFamily::kKimiK3));
+  return dir;
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    std::string item = text.substr(pos, comma - pos);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    KIMIRT_CHECK(!item.empty() && end && *end == '\0' && v >= 0 && v <= INT32_MAX,
+                 "--ids: element {} (\"{}\") is not a token id", ids.size(), item);
+    ids.push_back(static_cast<int32_t>(v));
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+// A tokenizer from the model directory when it has one that matches the model's vocabulary.
+std::optional<text::Tokenizer> find_tokenizer(const fs::path& dir, int64_t vocab) {
+  if (!fs::is_regular_file(dir / text::kTiktokenModelFile)) return std::nullopt;
+  auto tokenizer = text::Tokenizer::load(dir);
+  if (tokenizer.vocab_size() != vocab) {
+    log::warn("{}: the tokenizer has {} ids, the model {}; printing ids", dir.string(), tokenizer.vocab_size(), vocab);
+    return std::nullopt;
+  }
+  return tokenizer;
+}
+
+// config.json's eos_token_id, plus those of generation_config.json (an id or a list) when it is there.
+std::vector<int32_t> eos_ids(const fs::path& dir, const model::ModelConfig& config) {
+  std::vector<int32_t> ids;
+  if (config.eos_token_id) ids.push_back(static_cast<int32_t>(*config.eos_token_id));
+  const fs::path path = dir / "generation_config.json";
+  if (!fs::is_regular_file(path)) return ids;
+  std::ifstream in(path);
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  KIMIRT_CHECK(!j.is_discarded(), "{}: not valid JSON", path.string());
+  const auto it = j.find("eos_token_id");
+  if (it == j.end() || it->is_null()) return ids;
+  const auto list = it->is_array() ? *it : nlohmann::json::array({*it});
+  for (const auto& v : list) {
+    KIMIRT_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < config.vocab_size,
+                 "{}: eos_token_id {} is not a token id of the model", path.string(), v.dump());
+    const auto id = static_cast<int32_t>(v.get<int64_t>());
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  return ids;
+}
+
+void write_logits(const std::string& path, const std::vector<float>& prompt, const std::vector<float>& steps,
+                  int64_t vocab) {
+  auto bytes = [](const std::vector<float>& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
+  };
+  io::SafetensorsWriter writer;
+  writer.add("prompt_logits", DType::kF32, {static_cast<int64_t>(prompt.size()) / vocab, vocab}, bytes(prompt));
+  writer.add("step_logits", DType::kF32, {static_cast<int64_t>(steps.size()) / vocab, vocab}, bytes(steps));
+  writer.write(path);
+}
+
+void run(const RunOptions& o) {
+  ThreadPool::set_global_threads(o.threads);
+  const fs::path dir = o.model_dir.empty() ? ensure_default_model() : fs::path(o.model_dir);
+
+  const Timer load_timer;
+  model::LoadedModel loaded = model::load_model(dir, {});
+  const model::ModelConfig& config = loaded.config;
+  const auto tokenizer = find_tokenizer(dir, config.vocab_size);
+
+  std::vector<int32_t> prompt;
+  if (!o.ids.empty()) {
+    prompt = parse_ids(o.ids);
+  } else if (!o.prompt.empty()) {
+    KIMIRT_CHECK(tokenizer.has_value(), "-p needs a tokenizer ({} in {}) of the model's vocabulary; use --ids",
+                 text::kTiktokenModelFile, dir.string());
+    prompt = tokenizer->encode(o.prompt, /*allow_special=*/true);
+  } else if (tokenizer) {
+    prompt = tokenizer->encode("The capital of France is");
+  } else {
+    for (int32_t i = 1; i <= 8; ++i) prompt.push_back(i % static_cast<int32_t>(config.vocab_size));
+  }
+
+  runtime::GenerationRequest request;
+  request.prompt = prompt;
+  request.sampling = o.sampling;
+  request.sampling.stop_strings = o.stop;
+  request.prompt_logits = request.step_logits = !o.dump_logits.empty();
+
+  // One sequence: the cache holds exactly what this request can need.
+  runtime::CacheConfig cache;
+  cache.max_sequences = 1;
+  cache.block_size = 64;
+  const int64_t positions = static_cast<int64_t>(prompt.size()) + std::max(o.sampling.max_tokens, 1);
+  cache.num_blocks = static_cast<int>((positions + cache.block_size - 1) / cache.block_size);
+  SingleComm comm;
+  runtime::CpuBackend backend(config, loaded.params, comm, {}, cache);
+  loaded.params = model::ParamStore();  // the backend holds its own fp32 copies
+  std::fprintf(stderr, "kimirt: %s (%s, %lld layers, hidden %lld, vocab %lld) ready in %.2f s, %zu threads\n",
+               dir.c_str(), std::string(model::family_name(config.family)).c_str(),
+               static_cast<long long>(config.num_layers), static_cast<long long>(config.hidden_size),
+               static_cast<long long>(config.vocab_size), load_timer.seconds(), ThreadPool::global().num_threads());
+
+  runtime::EngineConfig engine_config;
+  engine_config.scheduler.prefill_chunk = o.prefill_chunk;
+  engine_config.scheduler.max_batch_tokens = o.prefill_chunk;
+  engine_config.eos_ids = eos_ids(dir, config);
+  const bool as_text = tokenizer.has_value() && !o.print_ids;
+  if (tokenizer) engine_config.tokenizer = tokenizer;
+
+  std::vector<float> prompt_logits, step_logits;
+  runtime::FinishReason reason = runtime::FinishReason::kNone;
+  std::string error;
+  runtime::Engine engine(backend, engine_config, [&](const runtime::TokenEvent& e) {
+    if (e.token >= 0) {
+      if (as_text) {
+        std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+      } else {
+        std::printf("%d ", e.token);
+      }
+      std::fflush(stdout);
+      step_logits.insert(step_logits.end(), e.logits.begin(), e.logits.end());
+    }
+    if (e.finished) {
+      if (as_text && e.token < 0) std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+      reason = e.reason;
+      error = e.error;
+    }
+  });
+  engine.set_prompt_logits_callback([&](int64_t, int64_t, std::span<const float> rows, int64_t) {
+    prompt_logits.insert(prompt_logits.end(), rows.begin(), rows.end());
+  });
+  engine.submit(request);
+  engine.run_until_idle();
+  std::printf("\n");
+  std::fflush(stdout);
+  KIMIRT_CHECK(reason != runtime::FinishReason::kError, "generation failed: {}", error);
+
+  const auto& s = engine.stats();
+  auto rate = [](double n, double seconds) { return seconds > 0 ? n / seconds : 0.0; };
+  std::fprintf(
+      stderr, "kimirt: prompt %lld tokens, %.1f tok/s; decode %lld tokens, %.1f tok/s; %lld generated, finished: %s\n",
+      static_cast<long long>(s.prompt_tokens), rate(static_cast<double>(s.prompt_tokens), s.prefill_seconds),
+      static_cast<long long>(s.decode_step_tokens), rate(static_cast<double>(s.decode_step_tokens), s.decode_seconds),
+      static_cast<long long>(s.generated_tokens), std::string(runtime::finish_reason_name(reason)).c_str());
+  if (!o.dump_logits.empty()) {
+    write_logits(o.dump_logits, prompt_logits, step_logits, config.vocab_size);
+    std::fprintf(stderr, "kimirt: logits written to %s\n", o.dump_logits.c_str());
+  }
+}
+
+const RegisterCommand kRun("run", 10, [](CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  o->sampling.max_tokens = 32;
+  auto* cmd = app.add_subcommand("run", "Generate from one prompt on the CPU, streaming the tokens");
+  cmd->add_option("-m,--model", o->model_dir,
+                  "checkpoint directory (default: a small random Kimi K3, generated once into the cache directory)");
+  auto* text = cmd->add_option("-p,--prompt", o->prompt, "prompt text (needs the model's tokenizer)");
+  auto* ids = cmd->add_option("--ids", o->ids, "prompt token ids, comma separated: 1,2,3");
+  text->excludes(ids);
+  auto& sp = o->sampling;
+  cmd->add_option("-n,--max-tokens", sp.max_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", sp.temperature, "0 = greedy");
+  cmd->add_option("--top-k", sp.top_k, "keep the k most likely tokens (0 = off)");
+  cmd->add_option("--top-p", sp.top_p, "nucleus sampling (1 = off)");
+  cmd->add_option("--min-p", sp.min_p, "keep tokens with p >= min_p * p_max (0 = off)");
+  cmd->add_option("--seed", sp.seed, "sampling seed");
+  cmd->add_option("--repetition-penalty", sp.repetition_penalty, "Hugging Face repetition penalty (1 = off)");
+  cmd->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty");
+  cmd->add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty");
+  cmd->add_option("--stop-id", sp.stop_ids, "stop after this token id (repeatable)");
+  cmd->add_option("--stop", o->stop, "stop before this text (repeatable; needs the tokenizer)");
+  cmd->add_flag("--ignore-eos", sp.ignore_eos, "keep going past the model's EOS id");
+  cmd->add_option("--threads", o->threads, "CPU threads")->check(CLI::PositiveNumber);
+  cmd->add_option("--prefill-chunk", o->prefill_chunk, "longest prompt piece per step")->check(CLI::PositiveNumber);
+  cmd->add_option("--dump-logits", o->dump_logits,
+                  "write prompt_logits [T, vocab] and step_logits [S, vocab] (row i chose token i) as F32 safetensors");
+  cmd->add_flag("--print-ids", o->print_ids, "print token ids even when a tokenizer is available");
+  cmd->callback([o] { run(*o); });
+});
+
+}  // namespace
+}  // namespace kimirt::cli

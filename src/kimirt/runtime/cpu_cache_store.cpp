@@ -1,0 +1,72 @@
+#include "kimirt/runtime/cpu_cache_store.h"
+
+#include <algorithm>
+
+#include "kimirt/base/error.h"
+
+namespace kimirt::runtime {
+
+CpuCacheStore::CpuCacheStore(const model::ModelConfig& config, const cpu::KdaDims& kda, const cpu::MlaDims& mla,
+                             const CacheConfig& cache)
+    : cache_(cache), kda_dims_(kda), latent_width_(mla.latent_width()) {
+  const auto slots = static_cast<size_t>(cache.max_sequences);
+  const auto rows = static_cast<size_t>(cache.num_blocks) * static_cast<size_t>(cache.block_size);
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    if (config.is_kda_layer(l)) {
+      index_.push_back(static_cast<int>(kda_.size()));
+      kda_.emplace_back(slots, cpu::KdaState::zeros(kda));
+    } else {
+      index_.push_back(static_cast<int>(mla_.size()));
+      mla_.emplace_back(rows * static_cast<size_t>(latent_width_), 0.0f);
+    }
+  }
+}
+
+cpu::KdaState& CpuCacheStore::kda_state(int layer, int slot) {
+  KIMIRT_ASSERT(slot >= 0 && slot < cache_.max_sequences);
+  return kda_[static_cast<size_t>(index_[static_cast<size_t>(layer)])][static_cast<size_t>(slot)];
+}
+
+void CpuCacheStore::reset_kda(int layer, int slot) {
+  cpu::KdaState& s = kda_state(layer, slot);
+  for (auto* v : {&s.conv_q, &s.conv_k, &s.conv_v, &s.recurrent}) std::fill(v->begin(), v->end(), 0.0f);
+}
+
+size_t CpuCacheStore::offset(std::span<const int32_t> blocks, int64_t position) const {
+  const int64_t b = position / cache_.block_size, r = position % cache_.block_size;
+  KIMIRT_ASSERT(b < static_cast<int64_t>(blocks.size()));
+  const int32_t block = blocks[static_cast<size_t>(b)];
+  KIMIRT_ASSERT(block >= 0 && block < cache_.num_blocks);
+  return static_cast<size_t>((static_cast<int64_t>(block) * cache_.block_size + r) * latent_width_);
+}
+
+void CpuCacheStore::gather_latent(int layer, std::span<const int32_t> blocks, int64_t n, float* out) const {
+  // Whole blocks at a time: rows of one block are contiguous.
+  const auto& store = mla_[static_cast<size_t>(index_[static_cast<size_t>(layer)])];
+  for (int64_t p = 0; p < n; p += cache_.block_size) {
+    const int64_t count = std::min<int64_t>(cache_.block_size, n - p);
+    const float* src = store.data() + offset(blocks, p);
+    std::copy(src, src + count * latent_width_, out + p * latent_width_);
+  }
+}
+
+void CpuCacheStore::write_latent(int layer, std::span<const int32_t> blocks, int64_t first, int64_t n,
+                                 const float* rows) {
+  auto& store = mla_[static_cast<size_t>(index_[static_cast<size_t>(layer)])];
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy(rows + i * latent_width_, rows + (i + 1) * latent_width_, store.data() + offset(blocks, first + i));
+  }
+}
+
+uint64_t CpuCacheStore::bytes() const {
+  uint64_t total = 0;
+  for (const auto& layer : kda_) {
+    for (const auto& s : layer) {
+      total += (s.conv_q.size() + s.conv_k.size() + s.conv_v.size() + s.recurrent.size()) * sizeof(float);
+    }
+  }
+  for (const auto& m : mla_) total += m.size() * sizeof(float);
+  return total;
+}
+
+}  // namespace kimirt::runtime

@@ -1,0 +1,407 @@
+// The engine on a random-weight Kimi K3 tiny model: tokens equal to a hand-written greedy loop, continuous
+// batching that gives each request the tokens it gets alone, the stopping rules, cancellation, admission
+// against the cache, submits from another thread, logits delivery and a failing step.
+#include "kimirt/runtime/engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "kimirt/cpu/lm_head.h"
+#include "kimirt/text/stream_decoder.h"
+#include "runtime/test_util.h"
+
+namespace kimirt::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::RandomModel;
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason reason = FinishReason::kNone;
+  std::string error;
+  int finished_events = 0;
+  int64_t finished_at = -1;  // global event counter when it finished
+  int64_t first_token_at = -1;
+  std::vector<std::vector<float>> step_logits;
+  std::vector<std::string> pieces;  // the text of each event
+};
+
+// Collects the events of every request (thread-safe: submits may come from other threads, events do not).
+class Collector {
+ public:
+  Engine::TokenCallback callback() {
+    return [this](const TokenEvent& e) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      Outcome& o = outcomes_[e.request_id];
+      if (e.token >= 0) {
+        EXPECT_EQ(e.index, static_cast<int64_t>(o.tokens.size()));
+        o.tokens.push_back(e.token);
+        if (o.first_token_at < 0) o.first_token_at = counter_;
+      }
+      if (!e.logits.empty()) o.step_logits.emplace_back(e.logits.begin(), e.logits.end());
+      o.text += e.text;
+      o.pieces.push_back(e.text);
+      if (e.finished) {
+        o.reason = e.reason;
+        o.error = e.error;
+        ++o.finished_events;
+        o.finished_at = counter_;
+      }
+      ++counter_;
+    };
+  }
+  Outcome at(int64_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return outcomes_[id];
+  }
+  int finished() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int n = 0;
+    for (const auto& [id, o] : outcomes_) n += o.finished_events;
+    return n;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int64_t, Outcome> outcomes_;
+  int64_t counter_ = 0;
+};
+
+GenerationRequest greedy(std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.max_tokens = max_tokens;
+  return r;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  EngineTest() : model_(testing::k3_tiny_config(), 31) {}
+
+  // The request's tokens when it runs alone in a fresh engine.
+  std::vector<int32_t> alone(const GenerationRequest& r, EngineConfig config = {}) {
+    testing::TestBackend t(model_);
+    Collector c;
+    Engine engine(t.backend, std::move(config), c.callback());
+    const int64_t id = engine.submit(r);
+    engine.run_until_idle();
+    return c.at(id).tokens;
+  }
+  std::vector<int32_t> ids(int64_t n, uint32_t seed) const {
+    return testing::random_ids(n, model_.config().vocab_size, seed);
+  }
+
+  RandomModel model_;
+};
+
+TEST_F(EngineTest, GreedyTokensMatchAHandWrittenLoop) {
+  const auto prompt = ids(12, 1);
+  testing::TestBackend t(model_);
+  std::vector<int32_t> expected;
+  auto logits = testing::run_one(t.backend, prompt, 0, 0, LogitRows::kLast);
+  for (int i = 0; i < 6; ++i) {
+    expected.push_back(cpu::argmax(logits.data(), model_.config().vocab_size));
+    logits = testing::run_one(t.backend, {expected.back()}, 12 + i, 0, LogitRows::kLast);
+  }
+  testing::TestBackend t2(model_);
+  Collector c;
+  Engine engine(t2.backend, {}, c.callback());
+  const int64_t id = engine.submit(greedy(prompt, 6));
+  engine.run_until_idle();
+  const Outcome o = c.at(id);
+  EXPECT_EQ(o.tokens, expected);
+  EXPECT_EQ(o.reason, FinishReason::kLength);
+  EXPECT_EQ(o.finished_events, 1);
+  EXPECT_EQ(engine.stats().prompt_tokens, 12);
+  EXPECT_EQ(engine.stats().generated_tokens, 6);
+  EXPECT_EQ(engine.stats().decode_step_tokens, 5);
+}
+
+TEST_F(EngineTest, ContinuousBatchingGivesEachRequestItsTokensAlone) {
+  auto a = greedy(ids(30, 2), 8);
+  auto b = greedy(ids(9, 3), 10);
+  b.sampling.temperature = 0.8f;  // a seeded sampler draws the same whatever it is batched with
+  b.sampling.top_k = 20;
+  b.sampling.seed = 7;
+  auto c = greedy(ids(50, 4), 5);
+  c.sampling.repetition_penalty = 1.3f;
+  EngineConfig config;
+  config.scheduler = {.max_batch_tokens = 16, .prefill_chunk = 8};  // prompts in chunks next to decodes
+
+  testing::TestBackend t(model_);
+  Collector col;
+  Engine engine(t.backend, config, col.callback());
+  const int64_t ia = engine.submit(a), ib = engine.submit(b);
+  for (int i = 0; i < 6; ++i) engine.step();
+  const int64_t ic = engine.submit(c);  // joins while the others decode
+  engine.run_until_idle();
+
+  EXPECT_EQ(col.at(ia).tokens, alone(a));
+  EXPECT_EQ(col.at(ib).tokens, alone(b));
+  EXPECT_EQ(col.at(ic).tokens, alone(c));
+  EXPECT_EQ(col.at(ia).tokens.size(), 8u);
+  EXPECT_EQ(col.at(ib).tokens.size(), 10u);
+  EXPECT_EQ(col.at(ic).tokens.size(), 5u);
+  // Shared steps: fewer than the requests would take one after another with the same chunking.
+  const int64_t separate = (4 + 8 - 1) + (2 + 10 - 1) + (7 + 5 - 1);
+  EXPECT_LT(engine.stats().steps, separate);
+  EXPECT_EQ(engine.cache().free_slots(), engine.cache().config().max_sequences);
+  EXPECT_EQ(engine.cache().free_blocks(), engine.cache().config().num_blocks);
+}
+
+TEST_F(EngineTest, StopsOnEosAndStopIdsUnlessIgnoringEos) {
+  const auto r = greedy(ids(10, 5), 8);
+  const auto tokens = alone(r);
+  ASSERT_EQ(tokens.size(), 8u);
+  // The first position whose token did not occur before it.
+  size_t k = 1;
+  while (k < tokens.size() && std::count(tokens.begin(), tokens.begin() + static_cast<long>(k), tokens[k])) ++k;
+  ASSERT_LT(k, tokens.size());
+  const std::vector<int32_t> until(tokens.begin(), tokens.begin() + static_cast<long>(k) + 1);
+
+  for (int mode = 0; mode < 3; ++mode) {
+    testing::TestBackend t(model_);
+    Collector col;
+    EngineConfig config;
+    auto req = r;
+    if (mode == 0) config.eos_ids = {tokens[k]};
+    if (mode == 1) req.sampling.stop_ids = {tokens[k]};
+    if (mode == 2) {
+      config.eos_ids = {tokens[k]};
+      req.sampling.ignore_eos = true;
+    }
+    Engine engine(t.backend, config, col.callback());
+    const int64_t id = engine.submit(req);
+    engine.run_until_idle();
+    const Outcome o = col.at(id);
+    if (mode == 2) {
+      EXPECT_EQ(o.tokens, tokens);
+      EXPECT_EQ(o.reason, FinishReason::kLength);
+    } else {
+      EXPECT_EQ(o.tokens, until) << "mode " << mode;
+      EXPECT_EQ(o.reason, mode == 0 ? FinishReason::kEos : FinishReason::kStop);
+    }
+    EXPECT_EQ(engine.cache().free_slots(), engine.cache().config().max_sequences);
+  }
+}
+
+TEST_F(EngineTest, CancellingFreesTheCacheOfRunningAndWaitingRequests) {
+  testing::TestBackend t(model_);  // 4 sequence slots
+  Collector col;
+  Engine engine(t.backend, {}, col.callback());
+  std::vector<int64_t> id;
+  for (int i = 0; i < 5; ++i) id.push_back(engine.submit(greedy(ids(6, 10 + i), 100)));
+  for (int i = 0; i < 3; ++i) engine.step();
+  EXPECT_EQ(engine.cache().free_slots(), 0);
+  engine.cancel(id[4]);  // still waiting for a slot
+  engine.cancel(id[1]);  // running
+  engine.cancel(12345);  // unknown: nothing happens
+  engine.step();
+  EXPECT_EQ(col.at(id[4]).reason, FinishReason::kCancelled);
+  EXPECT_TRUE(col.at(id[4]).tokens.empty());
+  EXPECT_EQ(col.at(id[1]).reason, FinishReason::kCancelled);
+  EXPECT_EQ(col.at(id[1]).tokens.size(), 3u);
+  EXPECT_EQ(engine.cache().free_slots(), 1);
+  for (int64_t i : {id[0], id[2], id[3]}) engine.cancel(i);
+  engine.step();
+  EXPECT_TRUE(engine.idle());
+  EXPECT_EQ(engine.cache().free_slots(), 4);
+  EXPECT_EQ(engine.cache().free_blocks(), engine.cache().config().num_blocks);
+  for (int64_t i : id) EXPECT_EQ(col.at(i).finished_events, 1);
+}
+
+TEST_F(EngineTest, RequestsWaitForRoomAndTooLargeOnesAreRefused) {
+  SingleComm comm;
+  CpuBackend backend(model_.config(), model_.store(), comm, {}, CacheConfig{4, 16, 8});  // 128 positions
+  Collector col;
+  Engine engine(backend, {}, col.callback());
+  try {
+    engine.submit(greedy(ids(100, 6), 30));  // 129 positions
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("need 129 cache positions; the cache holds 128"));
+  }
+  const int64_t a = engine.submit(greedy(ids(40, 7), 60));  // 99 positions: 7 blocks
+  const int64_t b = engine.submit(greedy(ids(20, 8), 20));  // 39 positions: 3 blocks, only 1 left
+  engine.run_until_idle();
+  EXPECT_EQ(col.at(a).tokens.size(), 60u);
+  EXPECT_EQ(col.at(b).tokens.size(), 20u);
+  EXPECT_GT(col.at(b).first_token_at, col.at(a).finished_at);
+}
+
+TEST_F(EngineTest, BadRequestsAreRefusedAtSubmitNamingTheField) {
+  testing::TestBackend t(model_);
+  Engine engine(t.backend, {}, nullptr);
+  auto refusal = [&](GenerationRequest r) {
+    try {
+      engine.submit(std::move(r));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_THAT(refusal(greedy({}, 4)), HasSubstr("prompt is empty"));
+  EXPECT_THAT(refusal(greedy({1, 2, 5000}, 4)), HasSubstr("prompt token 2 is id 5000"));
+  auto bad_p = greedy({1, 2}, 4);
+  bad_p.sampling.top_p = 0.0f;
+  EXPECT_THAT(refusal(bad_p), HasSubstr("top_p"));
+  auto stops = greedy({1, 2}, 4);
+  stops.sampling.stop_strings = {"x"};
+  EXPECT_THAT(refusal(stops), HasSubstr("stop strings need a tokenizer"));
+  EXPECT_TRUE(engine.idle());
+}
+
+TEST_F(EngineTest, MaxTokensZeroEndsAtOnce) {
+  testing::TestBackend t(model_);
+  Collector col;
+  Engine engine(t.backend, {}, col.callback());
+  const int64_t id = engine.submit(greedy(ids(5, 9), 0));
+  engine.run_until_idle();
+  EXPECT_TRUE(col.at(id).tokens.empty());
+  EXPECT_EQ(col.at(id).reason, FinishReason::kLength);
+  EXPECT_EQ(engine.stats().steps, 0);
+}
+
+TEST_F(EngineTest, RequestsSubmittedFromAnotherThreadAllFinish) {
+  testing::TestBackend t(model_);
+  Collector col;
+  Engine engine(t.backend, {}, col.callback());
+  std::vector<int64_t> submitted(6);
+  std::thread client([&] {
+    for (int i = 0; i < 6; ++i) {
+      submitted[static_cast<size_t>(i)] = engine.submit(greedy(ids(5 + i, 20 + i), 4));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  while (col.finished() < 6) {
+    if (!engine.step()) engine.wait_for_work(std::chrono::milliseconds(5));
+  }
+  client.join();
+  for (int64_t id : submitted) EXPECT_EQ(col.at(id).tokens.size(), 4u);
+  EXPECT_TRUE(engine.idle());
+}
+
+TEST_F(EngineTest, DeliversPromptLogitsAndTheRowsThatChoseEachToken) {
+  const auto prompt = ids(20, 11);
+  testing::TestBackend ref_backend(model_);
+  const auto ref = testing::run_one(ref_backend.backend, prompt, 0, 0, LogitRows::kAll);
+  const int64_t V = model_.config().vocab_size;
+
+  testing::TestBackend t(model_);
+  Collector col;
+  EngineConfig config;
+  config.scheduler = {.max_batch_tokens = 16, .prefill_chunk = 7};
+  Engine engine(t.backend, config, col.callback());
+  std::vector<float> prompt_logits;
+  int64_t next_position = 0;
+  engine.set_prompt_logits_callback([&](int64_t, int64_t first, std::span<const float> rows, int64_t n) {
+    EXPECT_EQ(first, next_position);
+    EXPECT_EQ(rows.size(), static_cast<size_t>(n * V));
+    prompt_logits.insert(prompt_logits.end(), rows.begin(), rows.end());
+    next_position += n;
+  });
+  auto r = greedy(prompt, 3);
+  r.prompt_logits = true;
+  r.step_logits = true;
+  const int64_t id = engine.submit(r);
+  engine.run_until_idle();
+  EXPECT_LE(testing::rel_error(prompt_logits, ref), 1e-4);
+  const Outcome o = col.at(id);
+  ASSERT_EQ(o.step_logits.size(), 3u);
+  const std::vector<float> last_prompt_row(prompt_logits.end() - V, prompt_logits.end());
+  EXPECT_EQ(o.step_logits[0], last_prompt_row);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(o.tokens[i], cpu::argmax(o.step_logits[i].data(), V));
+}
+
+TEST_F(EngineTest, TextAndStopStringsWithATokenizer) {
+  const auto tokenizer = text::Tokenizer::load(testing::testdata("tokenizer"));
+  EngineConfig config;
+  config.tokenizer = tokenizer;
+  const auto r = greedy(ids(8, 12), 12);
+
+  testing::TestBackend t(model_);
+  Collector col;
+  Engine engine(t.backend, config, col.callback());
+  const int64_t plain = engine.submit(r);
+  engine.run_until_idle();
+  const Outcome o = col.at(plain);
+  text::StreamDecoder decoder(tokenizer, true);
+  std::string expected;
+  for (int32_t id : o.tokens) expected += decoder.push(id);
+  expected += decoder.finish();
+  EXPECT_EQ(o.text, expected);
+
+  // A stop string made of what one later token produced (whole characters): the text ends before it.
+  std::string stop;
+  for (size_t i = 3; i < o.pieces.size() && stop.empty(); ++i) stop = o.pieces[i];
+  ASSERT_FALSE(stop.empty());
+  auto with_stop = r;
+  with_stop.sampling.stop_strings = {stop};
+  const int64_t stopped = engine.submit(with_stop);
+  engine.run_until_idle();
+  EXPECT_EQ(col.at(stopped).reason, FinishReason::kStop);
+  EXPECT_EQ(col.at(stopped).text, o.text.substr(0, o.text.find(stop)));
+  EXPECT_LT(col.at(stopped).tokens.size(), o.tokens.size());
+}
+
+// Delegates to a CPU backend; its KDA mixer fails while `fail` is set.
+class FailingBackend final : public Backend {
+ public:
+  explicit FailingBackend(Backend& inner) : inner_(inner) {}
+  bool fail = false;
+  std::string_view name() const override { return "failing"; }
+  const model::ModelConfig& config() const override { return inner_.config(); }
+  const CacheConfig& cache_config() const override { return inner_.cache_config(); }
+  Act alloc(int64_t r, int64_t c) override { return inner_.alloc(r, c); }
+  void release(Act a) override { inner_.release(a); }
+  int64_t rows(Act a) const override { return inner_.rows(a); }
+  int64_t cols(Act a) const override { return inner_.cols(a); }
+  void begin_step(const StepBatch& b) override { inner_.begin_step(b); }
+  void end_step() override { inner_.end_step(); }
+  void embed(Act o) override { inner_.embed(o); }
+  void add(Act a, Act b, Act o) override { inner_.add(a, b, o); }
+  void attn_res_mix(int l, ResSite s, std::span<const Act> c, Act o) override { inner_.attn_res_mix(l, s, c, o); }
+  void rms_norm(int l, NormSite s, Act x, Act o) override { inner_.rms_norm(l, s, x, o); }
+  void kda_mixer(int l, Act x, Act o) override {
+    KIMIRT_CHECK(!fail, "injected failure in layer {}", l);
+    inner_.kda_mixer(l, x, o);
+  }
+  void mla_mixer(int l, Act x, Act o) override { inner_.mla_mixer(l, x, o); }
+  void dense_mlp(int l, Act x, Act o) override { inner_.dense_mlp(l, x, o); }
+  void moe_block(int l, Act x, Act o, RouteTrace* t) override { inner_.moe_block(l, x, o, t); }
+  void gather_rows(Act x, std::span<const int64_t> r, Act o) override { inner_.gather_rows(x, r, o); }
+  void lm_head(Act x, Act o) override { inner_.lm_head(x, o); }
+  void sample(Act l, std::span<const int64_t> r, std::span<Sampler* const> s, std::span<int32_t> t) override {
+    inner_.sample(l, r, s, t);
+  }
+  void to_host(Act a, int64_t f, int64_t n, std::span<float> o) const override { inner_.to_host(a, f, n, o); }
+
+ private:
+  Backend& inner_;
+};
+
+TEST_F(EngineTest, AFailedStepEndsItsRequestsWithTheErrorAndTheEngineGoesOn) {
+  testing::TestBackend t(model_);
+  FailingBackend failing(t.backend);
+  Collector col;
+  Engine engine(failing, {}, col.callback());
+  const auto r = greedy(ids(7, 13), 4);
+  const int64_t first = engine.submit(r);
+  failing.fail = true;
+  engine.step();
+  failing.fail = false;
+  EXPECT_EQ(col.at(first).reason, FinishReason::kError);
+  EXPECT_THAT(col.at(first).error, HasSubstr("injected failure in layer 0"));
+  EXPECT_EQ(engine.cache().free_slots(), engine.cache().config().max_sequences);
+  const int64_t second = engine.submit(r);
+  engine.run_until_idle();
+  EXPECT_EQ(col.at(second).tokens, alone(r));
+}
+
+}  // namespace
+}  // namespace kimirt::runtime
