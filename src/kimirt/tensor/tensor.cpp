@@ -73,12 +73,17 @@ TensorView TensorView::reshape(Shape shape) const {
   return TensorView(dtype_, std::move(shape), data_);
 }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+Tensor::Tensor(DType dtype, Shape shape, NoFill) : dtype_(dtype), shape_(std::move(shape)) {
   auto bytes = dtype_bytes(dtype_, static_cast<uint64_t>(shape_numel(shape_)));
   KIMIRT_CHECK(bytes.has_value(), "{} {} is not a whole number of bytes", dtype_name(dtype_), shape_str(shape_));
   buffer_ = AlignedBuffer(*bytes);
-  if (*bytes) std::memset(buffer_.data(), 0, *bytes);
 }
+
+Tensor::Tensor(DType dtype, Shape shape) : Tensor(dtype, std::move(shape), NoFill{}) {
+  if (!buffer_.empty()) std::memset(buffer_.data(), 0, buffer_.size());
+}
+
+Tensor Tensor::uninitialized(DType dtype, Shape shape) { return Tensor(dtype, std::move(shape), NoFill{}); }
 
 Tensor Tensor::from_f32(std::span<const float> values, Shape shape) {
   Tensor t(DType::kF32, std::move(shape));

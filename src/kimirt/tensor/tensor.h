@@ -71,6 +71,9 @@ class Tensor {
   Tensor(const Tensor&) = delete;
   Tensor& operator=(const Tensor&) = delete;
 
+  // Bytes left as the allocator gives them: for a producer that writes every byte anyway (the loader,
+  // whose plan fills each destination exactly once), so that a large load does not touch memory twice.
+  static Tensor uninitialized(DType dtype, Shape shape);
   static Tensor from_f32(std::span<const float> values, Shape shape);
   Tensor clone() const;
 
@@ -109,6 +112,9 @@ class Tensor {
   std::vector<float> to_f32() const;
 
  private:
+  struct NoFill {};
+  Tensor(DType dtype, Shape shape, NoFill);
+
   DType dtype_ = DType::kF32;
   Shape shape_;
   AlignedBuffer buffer_;

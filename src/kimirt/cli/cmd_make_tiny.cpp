@@ -1,0 +1,102 @@
+// `kimirt make-tiny OUT`: writes a random checkpoint in the released layout (model/tiny_checkpoint.h) for
+// tests, benchmarks and demos, small by default or scaled to a size with --size-gb.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "kimirt/base/error.h"
+#include "kimirt/base/progress.h"
+#include "kimirt/base/timer.h"
+#include "kimirt/cli/command.h"
+#include "kimirt/model/tiny_checkpoint.h"
+
+namespace kimirt::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The files the tokenizer reads from a model directory (text/tokenizer.h). Copied, not generated: model/
+// cannot call the text layer. The lead may replace this with a generated vocabulary.
+constexpr const char* kTokenizerFiles[] = {"tiktoken.model", "tokenizer_config.json"};
+
+struct MakeTinyOptions {
+  std::string out;
+  std::string family = "k3";
+  std::string experts_format = "mxfp4";
+  uint64_t seed = 0;
+  double shard_mb = 2048;
+  double size_gb = 0;
+  std::string tokenizer_from;
+  model::TinyDims dims;
+};
+
+void add_dim(CLI::App* cmd, const std::string& flag, std::optional<int64_t>& field, const std::string& help,
+             bool zero_ok = false) {
+  cmd->add_option_function<int64_t>(
+         flag, [&field](const int64_t& v) { field = v; }, help)
+      ->check(zero_ok ? CLI::NonNegativeNumber : CLI::PositiveNumber);
+}
+
+void run(const MakeTinyOptions& o) {
+  const std::map<std::string, model::ModelFamily> families = {{"k3", model::ModelFamily::kKimiK3},
+                                                              {"kimi-linear", model::ModelFamily::kKimiLinear}};
+  const std::map<std::string, model::ExpertStorage> formats = {{"mxfp4", model::ExpertStorage::kMxfp4},
+                                                               {"bf16", model::ExpertStorage::kBf16},
+                                                               {"fp8", model::ExpertStorage::kFp8}};
+  model::ModelConfig config = model::tiny_config(families.at(o.family), o.dims, formats.at(o.experts_format));
+  if (o.size_gb > 0) model::scale_experts_to_size(config, static_cast<uint64_t>(o.size_gb * double(1ull << 30)));
+  model::TinyCheckpointOptions options;
+  options.seed = o.seed;
+  options.shard_bytes = static_cast<uint64_t>(o.shard_mb * double(1ull << 20));
+  if (!o.tokenizer_from.empty()) {
+    for (const char* name : kTokenizerFiles) {
+      const fs::path p = fs::path(o.tokenizer_from) / name;
+      KIMIRT_CHECK(fs::is_regular_file(p), "--tokenizer-from: {} has no {}", o.tokenizer_from, name);
+      options.side_files.push_back(p);
+    }
+  }
+  const Timer timer;
+  const auto info = model::write_tiny_checkpoint(o.out, config, options);
+  std::printf("%s: %s model, %lld layers, %lld experts (%s), %zu tensors, %s in %zu shard(s), %.1f s\n", o.out.c_str(),
+              std::string(model::family_name(config.family)).c_str(), static_cast<long long>(config.num_layers),
+              static_cast<long long>(config.num_experts), o.experts_format.c_str(), info.tensors,
+              format_bytes(info.tensor_bytes).c_str(), info.shards, timer.seconds());
+}
+
+const RegisterCommand kMakeTiny("make-tiny", 70, [](CLI::App& app) {
+  auto o = std::make_shared<MakeTinyOptions>();
+  auto* cmd = app.add_subcommand("make-tiny", "Write a random checkpoint in the released layout (tests, benchmarks)");
+  cmd->add_option("OUT", o->out, "checkpoint directory to create (must not exist, or be empty)")->required();
+  cmd->add_option("--family", o->family, "model family")->check(CLI::IsMember({"k3", "kimi-linear"}));
+  cmd->add_option("--experts-format", o->experts_format, "routed expert storage")
+      ->check(CLI::IsMember({"mxfp4", "bf16", "fp8"}));
+  cmd->add_option("--seed", o->seed, "random seed (each tensor depends only on it and its name)");
+  cmd->add_option("--shard-mb", o->shard_mb, "shard size in MiB (a larger tensor gets a shard of its own)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--size-gb", o->size_gb, "grow the number of experts until the checkpoint holds this many GiB")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--tokenizer-from", o->tokenizer_from,
+                  "copy tiktoken.model and tokenizer_config.json from this directory");
+  auto& d = o->dims;
+  add_dim(cmd, "--hidden", d.hidden, "hidden size");
+  add_dim(cmd, "--layers", d.layers, "decoder layers (MLA every --mla-period-th and the last, KDA elsewhere)");
+  add_dim(cmd, "--mla-period", d.mla_period, "MLA layer period (default 4)");
+  add_dim(cmd, "--vocab", d.vocab, "vocabulary size");
+  add_dim(cmd, "--heads", d.heads, "KDA and MLA heads");
+  add_dim(cmd, "--head-dim", d.head_dim, "KDA head dim, MLA v and nope head dims");
+  add_dim(cmd, "--rope-dim", d.rope_dim, "MLA qk_rope_head_dim");
+  add_dim(cmd, "--kv-lora-rank", d.kv_lora_rank, "MLA kv_lora_rank");
+  add_dim(cmd, "--q-lora-rank", d.q_lora_rank, "MLA q_lora_rank (k3)");
+  add_dim(cmd, "--experts", d.experts, "routed experts per MoE layer");
+  add_dim(cmd, "--top-k", d.top_k, "experts per token");
+  add_dim(cmd, "--shared-experts", d.shared_experts, "shared experts", /*zero_ok=*/true);
+  add_dim(cmd, "--intermediate", d.intermediate, "dense MLP width (layer 0)");
+  add_dim(cmd, "--moe-intermediate", d.moe_intermediate, "routed and shared expert width");
+  add_dim(cmd, "--latent", d.latent, "latent MoE width, routed_expert_hidden_size (k3)");
+  cmd->callback([o] { run(*o); });
+});
+
+}  // namespace
+}  // namespace kimirt::cli
