@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "io/io_test_util.h"
+#include "io/safetensors_corpus.h"
 #include "kimirt/io/safetensors.h"
 
 namespace kimirt::io {
@@ -18,148 +19,9 @@ using testing::ScratchDir;
 using testing::st_bytes;
 using Kind = SafetensorsError::Kind;
 
-struct Case {
-  std::string name;
-  std::string bytes;
-  Kind kind;
-  std::string tensor;    // SafetensorsError::tensor(); empty when the problem is the file's
-  std::string mentions;  // a further substring the message must contain
-};
-
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
-// A valid 16-byte tensor; most cases break one thing about a file built around it.
-const std::string kW = R"("w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]})";
-
-std::string with_w(std::string_view other) { return "{" + kW + "," + std::string(other) + "}"; }
-
-std::string entry(std::string_view name, std::string_view dtype, std::string_view shape, std::string_view offsets) {
-  return "\"" + std::string(name) + "\":{\"dtype\":\"" + std::string(dtype) + "\",\"shape\":" + std::string(shape) +
-         ",\"data_offsets\":" + std::string(offsets) + "}";
-}
-
-std::vector<Case> corpus() {
-  const std::string good = "{" + kW + "}";
-  const std::string good_file = st_bytes(good, 16);
-  std::vector<Case> cases = {
-      // The 8-byte length prefix.
-      {"EmptyFile", "", Kind::kHeaderTooSmall, "", "0 bytes"},
-      {"FewerThan8Bytes", std::string("\x10\x00\x00", 3), Kind::kHeaderTooSmall, "", "3 bytes"},
-      {"LengthPastEof", st_bytes(good, 0, 1000), Kind::kInvalidHeaderLength, "", "1000"},
-      {"TruncatedHeader", good_file.substr(0, 8 + good.size() / 2), Kind::kInvalidHeaderLength, "", ""},
-      {"HugeLength", st_bytes(good, 16, 100'000'001), Kind::kHeaderTooLarge, "", "100000001"},
-      // N + 8 wraps to 0: a reader that adds before comparing would accept it. The cap catches it first.
-      {"LengthPlus8Overflows", st_bytes(good, 16, UINT64_MAX - 7), Kind::kHeaderTooLarge, "", ""},
-      {"EmptyHeader", st_bytes("", 0), Kind::kInvalidJson, "", "empty"},
-      // A length shorter than the JSON cuts the object: the rest lands in the data section.
-      {"LengthCutsJson", st_bytes(good, 16, good.size() - 1), Kind::kInvalidJson, "", ""},
-
-      // Text and JSON level.
-      {"InvalidUtf8", st_bytes(with_w(entry("bad\xC3\x28", "U8", "[0]", "[16,16]")), 16), Kind::kInvalidUtf8, "",
-       "UTF-8"},
-      {"OverlongUtf8", st_bytes(with_w(entry("\xC0\xAF", "U8", "[0]", "[16,16]")), 16), Kind::kInvalidUtf8, "", ""},
-      {"SurrogateUtf8", st_bytes(with_w(entry("\xED\xA0\x80", "U8", "[0]", "[16,16]")), 16), Kind::kInvalidUtf8, "",
-       ""},
-      {"NotJson", st_bytes("{not json}", 0), Kind::kInvalidJson, "", ""},
-      {"LoneSurrogateEscape", st_bytes(with_w(entry("\\ud800", "U8", "[0]", "[16,16]")), 16), Kind::kInvalidJson, "",
-       ""},
-      {"JsonArray", st_bytes("[1,2,3]", 0), Kind::kNotAnObject, "", "'{'"},
-      {"JsonString", st_bytes("\"w\"", 0), Kind::kNotAnObject, "", ""},
-      {"LeadingWhitespace", st_bytes(" " + good, 16), Kind::kNotAnObject, "", ""},
-      {"NewlinePadding", st_bytes(good + "\n", 16), Kind::kInvalidJson, "", "space padding"},
-      {"NulPadding", st_bytes(good + std::string(3, '\0'), 16), Kind::kInvalidJson, "", ""},
-      // nlohmann stops at a NUL as if the input ended: the bytes after it must not be ignored (polyglots).
-      {"NulThenMoreJson", st_bytes(good + std::string(1, '\0') + "{}", 16), Kind::kInvalidJson, "", "NUL"},
-      {"TooDeep", st_bytes("{\"w\":" + std::string(100, '[') + std::string(100, ']') + "}", 0), Kind::kInvalidJson, "",
-       "deeper"},
-      // nlohmann's plain parse would keep the second "w" silently.
-      {"DuplicateTensorKey", st_bytes("{" + kW + "," + entry("w", "F32", "[4]", "[0,16]") + "}", 16),
-       Kind::kDuplicateKey, "", "\"w\""},
-      {"DuplicateKeyInEntry",
-       st_bytes(R"({"w":{"dtype":"F32","dtype":"I32","shape":[2,2],"data_offsets":[0,16]}})", 16), Kind::kDuplicateKey,
-       "", "\"dtype\" in \"w\""},
-      {"DuplicateMetadataKey", st_bytes(with_w(R"("__metadata__":{"a":"1","a":"2"})"), 16), Kind::kDuplicateKey, "",
-       "__metadata__"},
-
-      // Entry structure.
-      {"EntryNotObject", st_bytes(R"({"w":[0,16]})", 16), Kind::kInvalidEntry, "w", "object"},
-      {"MissingDataOffsets", st_bytes(R"({"w":{"dtype":"F32","shape":[2,2]}})", 16), Kind::kInvalidEntry, "w",
-       "data_offsets"},
-      {"MissingDtype", st_bytes(R"({"w":{"shape":[2,2],"data_offsets":[0,16]}})", 16), Kind::kInvalidEntry, "w",
-       "dtype"},
-      {"ExtraField", st_bytes(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16],"offset":0}})", 16),
-       Kind::kInvalidEntry, "w", "\"offset\""},
-      {"DtypeNotString", st_bytes(R"({"w":{"dtype":32,"shape":[2,2],"data_offsets":[0,16]}})", 16), Kind::kInvalidEntry,
-       "w", "dtype"},
-      {"ShapeNotArray", st_bytes("{" + entry("w", "F32", "4", "[0,16]") + "}", 16), Kind::kInvalidEntry, "w", "shape"},
-      {"EmptyName", st_bytes(with_w(entry("", "U8", "[0]", "[16,16]")), 16), Kind::kInvalidEntry, "", "empty"},
-
-      // Dtypes.
-      {"UnknownDtype", st_bytes("{" + entry("w", "F33", "[2,2]", "[0,16]") + "}", 16), Kind::kUnknownDtype, "w", "F33"},
-      {"LowercaseDtype", st_bytes("{" + entry("w", "f32", "[2,2]", "[0,16]") + "}", 16), Kind::kUnknownDtype, "w", ""},
-      {"UnsupportedDtype", st_bytes("{" + entry("w", "C64", "[2]", "[0,16]") + "}", 16), Kind::kUnsupportedDtype, "w",
-       "C64"},
-
-      // Shapes and sizes.
-      {"NegativeDim", st_bytes("{" + entry("w", "F32", "[-2,2]", "[0,16]") + "}", 16), Kind::kInvalidShape, "w",
-       "negative"},
-      {"NegativeZeroDim", st_bytes("{" + entry("w", "F32", "[-0,4]", "[0,0]") + "}", 0), Kind::kInvalidShape, "w",
-       "negative"},
-      {"NonIntegerDim", st_bytes("{" + entry("w", "F32", "[2.0,2]", "[0,16]") + "}", 16), Kind::kInvalidShape, "w",
-       "integer"},
-      {"StringDim", st_bytes("{" + entry("w", "F32", "[\"2\",2]", "[0,16]") + "}", 16), Kind::kInvalidShape, "w",
-       "number"},
-      {"DimOverInt64", st_bytes("{" + entry("w", "U8", "[9223372036854775808]", "[0,16]") + "}", 16),
-       Kind::kInvalidShape, "w", "2^63"},
-      {"DimOverUint64", st_bytes("{" + entry("w", "U8", "[100000000000000000000]", "[0,16]") + "}", 16),
-       Kind::kInvalidShape, "w", ""},
-      {"ShapeProductOverflows", st_bytes("{" + entry("w", "F32", "[4294967296,4294967296]", "[0,16]") + "}", 16),
-       Kind::kOverflow, "w", ""},
-      // The LiteRT bug: a product that wraps (or hides behind a zero) must not pass as an empty tensor.
-      {"OverflowBehindZero", st_bytes("{" + entry("w", "F32", "[0,4294967296,4294967296]", "[0,0]") + "}", 0),
-       Kind::kOverflow, "w", ""},
-      {"ByteSizeOverflows", st_bytes("{" + entry("w", "I64", "[2305843009213693952]", "[0,16]") + "}", 16),
-       Kind::kOverflow, "w", ""},
-      {"OddF4Count", st_bytes("{" + entry("w", "F4", "[3]", "[0,2]") + "}", 2), Kind::kPartialByte, "w",
-       "whole number of bytes"},
-
-      // Offsets and layout.
-      {"OffsetsReversed", st_bytes("{" + entry("w", "F32", "[2,2]", "[16,0]") + "}", 16), Kind::kInvalidOffsets, "w",
-       "end before"},
-      {"NegativeOffset", st_bytes("{" + entry("w", "F32", "[2,2]", "[-16,0]") + "}", 16), Kind::kInvalidOffsets, "w",
-       "negative"},
-      {"ThreeOffsets", st_bytes("{" + entry("w", "F32", "[2,2]", "[0,8,16]") + "}", 16), Kind::kInvalidOffsets, "w",
-       ""},
-      {"FloatOffset", st_bytes("{" + entry("w", "F32", "[2,2]", "[0,16.0]") + "}", 16), Kind::kInvalidOffsets, "w",
-       "integer"},
-      {"OffsetsPastData", st_bytes("{" + entry("w", "F32", "[2,2]", "[0,16]") + "}", 8), Kind::kOffsetsOutOfRange, "w",
-       "8-byte data section"},
-      // The gomlx bug: only END - BEGIN was checked, so offsets far past the data read out of bounds.
-      {"OffsetsFarPastData",
-       st_bytes("{" + entry("w", "U8", "[15]", "[18446744073709551600,18446744073709551615]") + "}", 15),
-       Kind::kOffsetsOutOfRange, "w", ""},
-      // The mlx bug: a large shape over a few bytes of data.
-      {"SizeMismatch", st_bytes("{" + entry("w", "F32", "[1000,1000]", "[0,4]") + "}", 4), Kind::kSizeMismatch, "w",
-       "4000000 bytes"},
-      {"Overlap", st_bytes(with_w(entry("x", "F32", "[2]", "[8,16]")), 16), Kind::kOverlap, "x", "'w'"},
-      {"SameRangeTwice", st_bytes(with_w(entry("x", "F32", "[2,2]", "[0,16]")), 16), Kind::kOverlap, "x", "'w'"},
-      {"EmptyTensorInsideAnother", st_bytes(with_w(entry("x", "F32", "[0]", "[8,8]")), 16), Kind::kOverlap, "x",
-       "inside"},
-      {"Gap", st_bytes(with_w(entry("x", "F32", "[2]", "[20,28]")), 28), Kind::kGap, "x", "[16, 20)"},
-      {"GapAtStart", st_bytes("{" + entry("w", "F32", "[2,2]", "[4,20]") + "}", 20), Kind::kGap, "w", "[0, 4)"},
-      {"TrailingBytes", st_bytes(good, 20), Kind::kTrailingBytes, "", "4 trailing bytes"},
-      {"NoTensorsButData", st_bytes("{}", 8), Kind::kTrailingBytes, "", "no tensors"},
-
-      // __metadata__.
-      {"MetadataValueNotString", st_bytes(with_w(R"("__metadata__":{"format":1})"), 16), Kind::kInvalidMetadata, "",
-       "\"format\""},
-      {"MetadataNotObject", st_bytes(with_w(R"("__metadata__":"pt")"), 16), Kind::kInvalidMetadata, "", ""},
-      {"MetadataNull", st_bytes(with_w(R"("__metadata__":null)"), 16), Kind::kInvalidMetadata, "", ""},
-      {"MetadataNested", st_bytes(with_w(R"("__metadata__":{"a":{"b":"c"}})"), 16), Kind::kInvalidMetadata, "",
-       "\"a\""},
-  };
-  return cases;
-}
+using testing::Case;
+using testing::corpus;
+using testing::kW;
 
 class SafetensorsCorpus : public ::testing::TestWithParam<Case> {};
 

@@ -11,14 +11,14 @@
 #include "kimirt/base/timer.h"
 #include "kimirt/cli/command.h"
 #include "kimirt/model/tiny_checkpoint.h"
+#include "kimirt/text/default_tokenizer.h"
 
 namespace kimirt::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-// The files the tokenizer reads from a model directory (text/tokenizer.h). Copied, not generated: model/
-// cannot call the text layer. The lead may replace this with a generated vocabulary.
+// The files the tokenizer reads from a model directory (text/tokenizer.h), for --tokenizer-from.
 constexpr const char* kTokenizerFiles[] = {"tiktoken.model", "tokenizer_config.json"};
 
 struct MakeTinyOptions {
@@ -29,6 +29,7 @@ struct MakeTinyOptions {
   double shard_mb = 2048;
   double size_gb = 0;
   std::string tokenizer_from;
+  bool no_tokenizer = false;
   model::TinyDims dims;
 };
 
@@ -45,7 +46,13 @@ void run(const MakeTinyOptions& o) {
   const std::map<std::string, model::ExpertStorage> formats = {{"mxfp4", model::ExpertStorage::kMxfp4},
                                                                {"bf16", model::ExpertStorage::kBf16},
                                                                {"fp8", model::ExpertStorage::kFp8}};
-  model::ModelConfig config = model::tiny_config(families.at(o.family), o.dims, formats.at(o.experts_format));
+  // Without --vocab and --tokenizer-from, a K3 checkpoint gets the built-in tokenizer (K3 special tokens)
+  // and its vocabulary, so that it takes and gives text.
+  const bool builtin_tokenizer =
+      o.family == "k3" && !o.no_tokenizer && o.tokenizer_from.empty() && !o.dims.vocab;
+  model::TinyDims dims = o.dims;
+  if (builtin_tokenizer) dims.vocab = text::default_tokenizer_vocab_size();
+  model::ModelConfig config = model::tiny_config(families.at(o.family), dims, formats.at(o.experts_format));
   if (o.size_gb > 0) model::scale_experts_to_size(config, static_cast<uint64_t>(o.size_gb * double(1ull << 30)));
   model::TinyCheckpointOptions options;
   options.seed = o.seed;
@@ -59,6 +66,7 @@ void run(const MakeTinyOptions& o) {
   }
   const Timer timer;
   const auto info = model::write_tiny_checkpoint(o.out, config, options);
+  if (builtin_tokenizer) text::write_default_tokenizer(o.out);
   std::printf("%s: %s model, %lld layers, %lld experts (%s), %zu tensors, %s in %zu shard(s), %.1f s\n", o.out.c_str(),
               std::string(model::family_name(config.family)).c_str(), static_cast<long long>(config.num_layers),
               static_cast<long long>(config.num_experts), o.experts_format.c_str(), info.tensors,
@@ -78,7 +86,9 @@ const RegisterCommand kMakeTiny("make-tiny", 70, [](CLI::App& app) {
   cmd->add_option("--size-gb", o->size_gb, "grow the number of experts until the checkpoint holds this many GiB")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--tokenizer-from", o->tokenizer_from,
-                  "copy tiktoken.model and tokenizer_config.json from this directory");
+                  "copy tiktoken.model and tokenizer_config.json from this directory (default for k3: the "
+                  "built-in tokenizer, unless --vocab is given)");
+  cmd->add_flag("--no-tokenizer", o->no_tokenizer, "write no tokenizer files");
   auto& d = o->dims;
   add_dim(cmd, "--hidden", d.hidden, "hidden size");
   add_dim(cmd, "--layers", d.layers, "decoder layers (MLA every --mla-period-th and the last, KDA elsewhere)");
