@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -87,6 +89,34 @@ TEST(LocalComm, MismatchedAllToAllCountsAreAnError) {
                            c.all_to_all_v(buf.data(), send, in.data(), recv, DType::kF32);
                          }),
                Error);
+}
+
+// A failed rank aborts the group: ranks waiting in the group or in a group split from it are released with
+// an Error carrying the reason, and later collectives fail the same way instead of blocking.
+TEST(LocalComm, AbortReleasesRanksWaitingInTheGroupAndItsSubgroups) {
+  auto comms = LocalComm::create_group(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      LocalComm& c = *comms[static_cast<size_t>(r)];
+      try {
+        auto sub = c.split(r % 2, r);  // {0, 2} and {1}
+        if (r == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let the others block first
+          c.abort("rank 0 gave up");
+        } else if (r == 2) {
+          float v = 1.0f;
+          sub->all_reduce_sum(&v, 1, DType::kF32);  // rank 0 never joins
+        }
+        c.barrier();
+      } catch (const Error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) EXPECT_NE(e.find("aborted: rank 0 gave up"), std::string::npos) << e;
 }
 
 }  // namespace

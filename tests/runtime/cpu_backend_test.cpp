@@ -68,12 +68,14 @@ TEST(CpuBackend, TheCommunicatorMustMatchTheMapping) {
               HasSubstr("communicator"));
 }
 
-TEST(CpuBackend, AttentionDpIsRefused) {
+TEST(CpuBackend, TheAllToAllMoeNeedsWholeExpertsPerRank) {
   const RandomModel m(testing::k3_tiny_config(), 1);
-  const auto mapping = model::ParallelMapping::make(1, 0, 1, /*attention_dp=*/true);
+  const auto mapping = model::ParallelMapping::make(2, 0, 1);  // MoE-TP: every expert cut in two
   SingleComm comm;
-  EXPECT_THAT(error_of([&] { CpuBackend(m.config(), m.store(mapping), comm, mapping, testing::small_cache()); }),
-              HasSubstr("attention-DP"));
+  EXPECT_THAT(error_of([&] {
+                CpuBackend(m.config(), m.store(mapping), comm, mapping, testing::small_cache(), MoeComm::kAllToAll);
+              }),
+              HasSubstr("--moe-comm all_to_all"));
 }
 
 TEST(CpuBackend, ABadCacheConfigIsNamed) {

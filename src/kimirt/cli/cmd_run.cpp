@@ -2,6 +2,9 @@
 // produced (text when the model directory has a tokenizer of the model's vocabulary, ids otherwise), then
 // the prompt and decode rates on stderr. Without -m it runs the embedded default: a small random Kimi K3
 // checkpoint generated once into the user's cache directory (what `make run` shows).
+// With --tp N the model runs on N ranks (--ep, --attention-dp, --moe-comm: runtime/parallel_config.h):
+// threads of this process, or under `mpirun -np N` one process per rank; every rank loads only its slice,
+// and only rank 0 prints.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -23,8 +26,10 @@
 #include "kimirt/io/safetensors_writer.h"
 #include "kimirt/model/loader.h"
 #include "kimirt/model/tiny_checkpoint.h"
-#include "kimirt/runtime/cpu_backend.h"
-#include "kimirt/runtime/engine.h"
+#include "kimirt/runtime/backend_factory.h"
+#include "kimirt/runtime/parallel_config.h"
+#include "kimirt/runtime/parallel_engine.h"
+#include "kimirt/runtime/rank_group.h"
 #include "kimirt/text/tokenizer.h"
 
 namespace kimirt::cli {
@@ -42,6 +47,11 @@ struct RunOptions {
   int64_t prefill_chunk = 512;
   std::string dump_logits;
   bool print_ids = false;
+  std::string device = "cpu";
+  int tp = 0;  // 0: one rank, or one per process under mpirun
+  int ep = 1;
+  bool attention_dp = false;
+  std::string moe_comm = "direct";
 };
 
 // $XDG_CACHE_HOME/kimirt/default-k3, else ~/.cache/kimirt/default-k3.
@@ -123,13 +133,105 @@ void write_logits(const std::string& path, const std::vector<float>& prompt, con
   writer.write(path);
 }
 
+// What every rank of the run shares (read-only while the ranks run).
+struct RankInputs {
+  const RunOptions& o;
+  fs::path dir;
+  runtime::ParallelConfig parallel;
+  runtime::Device device;
+  runtime::GenerationRequest request;
+  runtime::CacheConfig cache;
+  std::optional<text::Tokenizer> tokenizer;
+  std::vector<int32_t> eos_ids;
+  const Timer& load_timer;
+};
+
+// One rank: its slice of the model, its backend, its engine stepping in lockstep with the other ranks'.
+// Every rank stops on the same tokens (stop strings included), so each has the tokenizer; only rank 0
+// prints. Under attention-DP the one request is rank 0's and the others only join the collectives.
+void run_rank(const RankInputs& in, Comm& comm) {
+  const RunOptions& o = in.o;
+  const bool printer = comm.rank() == 0;
+  const model::ParallelMapping mapping = in.parallel.mapping(comm.rank());
+  model::LoadOptions load;
+  load.progress = printer;
+  model::LoadedModel loaded = model::load_model(in.dir, mapping, load);
+  const model::ModelConfig& config = loaded.config;
+  std::unique_ptr<runtime::Backend> backend =
+      runtime::make_backend(in.device, config, loaded.params, comm, mapping, in.cache, in.parallel.moe_comm);
+  loaded.params = model::ParamStore();  // the backend holds its own copies
+  if (printer) {
+    const std::string ranks = in.parallel.tp > 1 ? ", " + in.parallel.str() : std::string();
+    std::fprintf(stderr, "kimirt: %s (%s, %lld layers, hidden %lld, vocab %lld) ready in %.2f s, %zu threads%s\n",
+                 in.dir.c_str(), std::string(model::family_name(config.family)).c_str(),
+                 static_cast<long long>(config.num_layers), static_cast<long long>(config.hidden_size),
+                 static_cast<long long>(config.vocab_size), in.load_timer.seconds(), ThreadPool::global().num_threads(),
+                 ranks.c_str());
+  }
+
+  runtime::EngineConfig engine_config;
+  engine_config.scheduler.prefill_chunk = o.prefill_chunk;
+  engine_config.scheduler.max_batch_tokens = o.prefill_chunk;
+  engine_config.eos_ids = in.eos_ids;
+  const bool as_text = in.tokenizer.has_value() && !o.print_ids;
+  if (in.tokenizer) engine_config.tokenizer = in.tokenizer;
+
+  std::vector<float> prompt_logits, step_logits;
+  runtime::FinishReason reason = runtime::FinishReason::kNone;
+  std::string error;
+  runtime::ParallelEngine engine(*backend, comm, engine_config, [&](const runtime::TokenEvent& e) {
+    if (e.finished) {
+      reason = e.reason;
+      error = e.error;
+    }
+    if (!printer) return;
+    if (e.token >= 0) {
+      if (as_text) {
+        std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+      } else {
+        std::printf("%d ", e.token);
+      }
+      std::fflush(stdout);
+      step_logits.insert(step_logits.end(), e.logits.begin(), e.logits.end());
+    }
+    if (e.finished && as_text && e.token < 0) std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+  });
+  engine.engine().set_prompt_logits_callback([&](int64_t, int64_t, std::span<const float> rows, int64_t) {
+    if (printer) prompt_logits.insert(prompt_logits.end(), rows.begin(), rows.end());
+  });
+  const bool runs_request = printer || !in.parallel.attention_dp;
+  if (runs_request) engine.engine().submit(in.request);
+  engine.run_until_idle();
+  KIMIRT_CHECK(reason != runtime::FinishReason::kError, "generation failed: {}", error);
+  if (!printer) return;
+  std::printf("\n");
+  std::fflush(stdout);
+
+  const auto& s = engine.engine().stats();
+  auto rate = [](double n, double seconds) { return seconds > 0 ? n / seconds : 0.0; };
+  std::fprintf(
+      stderr, "kimirt: prompt %lld tokens, %.1f tok/s; decode %lld tokens, %.1f tok/s; %lld generated, finished: %s\n",
+      static_cast<long long>(s.prompt_tokens), rate(static_cast<double>(s.prompt_tokens), s.prefill_seconds),
+      static_cast<long long>(s.decode_step_tokens), rate(static_cast<double>(s.decode_step_tokens), s.decode_seconds),
+      static_cast<long long>(s.generated_tokens), std::string(runtime::finish_reason_name(reason)).c_str());
+  if (!o.dump_logits.empty()) {
+    write_logits(o.dump_logits, prompt_logits, step_logits, config.vocab_size);
+    std::fprintf(stderr, "kimirt: logits written to %s\n", o.dump_logits.c_str());
+  }
+}
+
 void run(const RunOptions& o) {
   ThreadPool::set_global_threads(o.threads);
+  const runtime::Device device = runtime::parse_device(o.device);
+  runtime::require_device(device);
+  const runtime::RankLaunch launch = runtime::plan_launch(device, o.tp);
   const fs::path dir = o.model_dir.empty() ? ensure_default_model() : fs::path(o.model_dir);
 
   const Timer load_timer;
-  model::LoadedModel loaded = model::load_model(dir, {});
-  const model::ModelConfig& config = loaded.config;
+  // The parallel layout is checked against config.json before any rank starts or loads a byte.
+  const model::ModelConfig config = model::ModelConfig::from_file(dir / "config.json");
+  const runtime::ParallelConfig parallel{launch.world_size, o.ep, o.attention_dp, runtime::parse_moe_comm(o.moe_comm)};
+  parallel.validate(config);
   const auto tokenizer = find_tokenizer(dir, config.vocab_size);
 
   std::vector<int32_t> prompt;
@@ -145,78 +247,23 @@ void run(const RunOptions& o) {
     for (int32_t i = 1; i <= 8; ++i) prompt.push_back(i % static_cast<int32_t>(config.vocab_size));
   }
 
-  runtime::GenerationRequest request;
-  request.prompt = prompt;
-  request.sampling = o.sampling;
-  request.sampling.stop_strings = o.stop;
-  request.prompt_logits = request.step_logits = !o.dump_logits.empty();
-
+  RankInputs in{o, dir, parallel, device, {}, {}, tokenizer, eos_ids(dir, config), load_timer};
+  in.request.prompt = prompt;
+  in.request.sampling = o.sampling;
+  in.request.sampling.stop_strings = o.stop;
+  in.request.prompt_logits = in.request.step_logits = !o.dump_logits.empty();
   // One sequence: the cache holds exactly what this request can need.
-  runtime::CacheConfig cache;
-  cache.max_sequences = 1;
-  cache.block_size = 64;
+  in.cache.max_sequences = 1;
+  in.cache.block_size = 64;
   const int64_t positions = static_cast<int64_t>(prompt.size()) + std::max(o.sampling.max_tokens, 1);
-  cache.num_blocks = static_cast<int>((positions + cache.block_size - 1) / cache.block_size);
-  SingleComm comm;
-  runtime::CpuBackend backend(config, loaded.params, comm, {}, cache);
-  loaded.params = model::ParamStore();  // the backend holds its own fp32 copies
-  std::fprintf(stderr, "kimirt: %s (%s, %lld layers, hidden %lld, vocab %lld) ready in %.2f s, %zu threads\n",
-               dir.c_str(), std::string(model::family_name(config.family)).c_str(),
-               static_cast<long long>(config.num_layers), static_cast<long long>(config.hidden_size),
-               static_cast<long long>(config.vocab_size), load_timer.seconds(), ThreadPool::global().num_threads());
-
-  runtime::EngineConfig engine_config;
-  engine_config.scheduler.prefill_chunk = o.prefill_chunk;
-  engine_config.scheduler.max_batch_tokens = o.prefill_chunk;
-  engine_config.eos_ids = eos_ids(dir, config);
-  const bool as_text = tokenizer.has_value() && !o.print_ids;
-  if (tokenizer) engine_config.tokenizer = tokenizer;
-
-  std::vector<float> prompt_logits, step_logits;
-  runtime::FinishReason reason = runtime::FinishReason::kNone;
-  std::string error;
-  runtime::Engine engine(backend, engine_config, [&](const runtime::TokenEvent& e) {
-    if (e.token >= 0) {
-      if (as_text) {
-        std::fwrite(e.text.data(), 1, e.text.size(), stdout);
-      } else {
-        std::printf("%d ", e.token);
-      }
-      std::fflush(stdout);
-      step_logits.insert(step_logits.end(), e.logits.begin(), e.logits.end());
-    }
-    if (e.finished) {
-      if (as_text && e.token < 0) std::fwrite(e.text.data(), 1, e.text.size(), stdout);
-      reason = e.reason;
-      error = e.error;
-    }
-  });
-  engine.set_prompt_logits_callback([&](int64_t, int64_t, std::span<const float> rows, int64_t) {
-    prompt_logits.insert(prompt_logits.end(), rows.begin(), rows.end());
-  });
-  engine.submit(request);
-  engine.run_until_idle();
-  std::printf("\n");
-  std::fflush(stdout);
-  KIMIRT_CHECK(reason != runtime::FinishReason::kError, "generation failed: {}", error);
-
-  const auto& s = engine.stats();
-  auto rate = [](double n, double seconds) { return seconds > 0 ? n / seconds : 0.0; };
-  std::fprintf(
-      stderr, "kimirt: prompt %lld tokens, %.1f tok/s; decode %lld tokens, %.1f tok/s; %lld generated, finished: %s\n",
-      static_cast<long long>(s.prompt_tokens), rate(static_cast<double>(s.prompt_tokens), s.prefill_seconds),
-      static_cast<long long>(s.decode_step_tokens), rate(static_cast<double>(s.decode_step_tokens), s.decode_seconds),
-      static_cast<long long>(s.generated_tokens), std::string(runtime::finish_reason_name(reason)).c_str());
-  if (!o.dump_logits.empty()) {
-    write_logits(o.dump_logits, prompt_logits, step_logits, config.vocab_size);
-    std::fprintf(stderr, "kimirt: logits written to %s\n", o.dump_logits.c_str());
-  }
+  in.cache.num_blocks = static_cast<int>((positions + in.cache.block_size - 1) / in.cache.block_size);
+  runtime::run_ranks(launch, [&](Comm& comm) { run_rank(in, comm); });
 }
 
 const RegisterCommand kRun("run", 10, [](CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   o->sampling.max_tokens = 32;
-  auto* cmd = app.add_subcommand("run", "Generate from one prompt on the CPU, streaming the tokens");
+  auto* cmd = app.add_subcommand("run", "Generate from one prompt, streaming the tokens (on one or several ranks)");
   cmd->add_option("-m,--model", o->model_dir,
                   "checkpoint directory (default: a small random Kimi K3, generated once into the cache directory)");
   auto* text = cmd->add_option("-p,--prompt", o->prompt, "prompt text (needs the model's tokenizer)");
@@ -240,6 +287,21 @@ const RegisterCommand kRun("run", 10, [](CLI::App& app) {
   cmd->add_option("--dump-logits", o->dump_logits,
                   "write prompt_logits [T, vocab] and step_logits [S, vocab] (row i chose token i) as F32 safetensors");
   cmd->add_flag("--print-ids", o->print_ids, "print token ids even when a tokenizer is available");
+  cmd->add_option("--device", o->device,
+                  "cpu, or cuda (refused for now: the CUDA forward of the whole model is not there yet)");
+  cmd->add_option("--tp", o->tp,
+                  "ranks: tensor parallelism over threads of this process, or under mpirun the number of processes "
+                  "(its default)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ep", o->ep,
+                  "expert parallelism: ranks the routed experts are spread over (divides --tp; the rest "
+                  "cuts every expert, MoE-TP)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--attention-dp", o->attention_dp,
+                "attention data parallelism: each rank runs its own sequences (needs --ep equal to --tp)");
+  cmd->add_option("--moe-comm", o->moe_comm,
+                  "MoE communication with attention-DP off: direct (one all-reduce) or all_to_all (tokens sent to "
+                  "their experts' ranks; needs --ep equal to --tp)");
   cmd->callback([o] { run(*o); });
 });
 

@@ -29,21 +29,39 @@ class LocalCommGroup {
 
   void arrive_and_wait() {
     std::unique_lock<std::mutex> lock(mutex_);
+    throw_if_aborted();
     const uint64_t generation = generation_;
     if (++arrived_ == size_) {
       arrived_ = 0;
       ++generation_;
       cv_.notify_all();
     } else {
-      cv_.wait(lock, [&] { return generation_ != generation; });
+      cv_.wait(lock, [&] { return generation_ != generation || aborted_; });
+      if (generation_ == generation) throw_if_aborted();
     }
+  }
+
+  void abort(const std::string& reason) {
+    std::vector<std::shared_ptr<LocalCommGroup>> subs;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (aborted_) return;
+      aborted_ = true;
+      reason_ = reason;
+      for (auto& [id, group] : subgroups_) subs.push_back(group);
+    }
+    cv_.notify_all();
+    for (auto& group : subs) group->abort(reason);
   }
 
   // The subgroup of `color` from the split numbered `split_id`, created by whichever member asks first.
   std::shared_ptr<LocalCommGroup> subgroup(uint64_t split_id, int color, int members) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& group = subgroups_[{split_id, color}];
-    if (!group) group = std::make_shared<LocalCommGroup>(members);
+    if (!group) {
+      group = std::make_shared<LocalCommGroup>(members);
+      if (aborted_) group->abort(reason_);
+    }
     return group;
   }
   // Each rank numbers its own splits; as every rank calls split in the same order, the numbers agree.
@@ -61,6 +79,12 @@ class LocalCommGroup {
   uint64_t generation_ = 0;
   std::map<std::pair<uint64_t, int>, std::shared_ptr<LocalCommGroup>> subgroups_;
   std::map<int, uint64_t> split_counts_;
+  bool aborted_ = false;
+  std::string reason_;
+
+  void throw_if_aborted() const {
+    if (aborted_) fail("comm: the group was aborted: {}", reason_);
+  }
 };
 
 namespace {
@@ -216,6 +240,8 @@ void LocalComm::broadcast(void* buf, size_t count, DType dtype, int root, void*)
   if (rank_ != root && count) std::memcpy(buf, group_->slot(root).send, bytes_of(count, dtype));
   barrier();
 }
+
+void LocalComm::abort(const std::string& reason) { group_->abort(reason); }
 
 std::unique_ptr<Comm> LocalComm::split(int color, int key) {
   auto& mine = group_->slot(rank_);

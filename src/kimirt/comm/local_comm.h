@@ -3,9 +3,11 @@
 // without GPUs. Every collective is a rendezvous of all ranks: each publishes its buffer, waits for the
 // others, reads what it needs, and waits again before anyone reuses a buffer. Sums are taken in rank
 // order, so every rank gets bit-identical results (greedy decoding must agree across ranks).
+// A rank that fails must not leave the others blocked in a rendezvous: abort() wakes them with an Error.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kimirt/comm/comm.h"
@@ -32,6 +34,10 @@ class LocalComm final : public Comm {
   void broadcast(void* buf, size_t count, DType dtype, int root, void* stream = nullptr) override;
   void barrier() override;
   std::unique_ptr<Comm> split(int color, int key) override;
+
+  // Every rank of the group, and of the groups split from it, that waits in or later enters a collective
+  // throws an Error carrying `reason`. Callable from any thread; the group cannot be used afterwards.
+  void abort(const std::string& reason);
 
  private:
   std::shared_ptr<LocalCommGroup> group_;

@@ -130,6 +130,11 @@ void MpiComm::broadcast(void* buf, size_t count, DType dtype, int root, void*) {
 
 void MpiComm::barrier() { check(MPI_Barrier(impl_->comm), "MPI_Barrier"); }
 
+void MpiComm::abort(int exit_code) {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort does not return; this is for implementations that do
+}
+
 std::unique_ptr<Comm> MpiComm::split(int color, int key) {
   auto impl = std::make_unique<Impl>();
   check(MPI_Comm_split(impl_->comm, color, key, &impl->comm), "MPI_Comm_split");
@@ -154,6 +159,7 @@ void MpiComm::all_to_all_v(const void*, std::span<const size_t>, void*, std::spa
 void MpiComm::broadcast(void*, size_t, DType, int, void*) { fail("MPI is not built in"); }
 void MpiComm::barrier() { fail("MPI is not built in"); }
 std::unique_ptr<Comm> MpiComm::split(int, int) { fail("MPI is not built in"); }
+void MpiComm::abort(int exit_code) { std::_Exit(exit_code); }
 
 #endif
 

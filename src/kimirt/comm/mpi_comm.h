@@ -29,6 +29,10 @@ class MpiComm final : public Comm {
   void barrier() override;
   std::unique_ptr<Comm> split(int color, int key) override;
 
+  // Ends every process of the launch (MPI_Abort on MPI_COMM_WORLD) with exit_code: what a rank that failed
+  // does, so that the others do not wait in a collective forever.
+  [[noreturn]] void abort(int exit_code);
+
  private:
   struct Impl;
   MpiComm(std::unique_ptr<Impl> impl);

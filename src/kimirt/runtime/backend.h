@@ -1,8 +1,9 @@
 // The interface between the forward (the model's structure, written once) and a backend (the CPU reference
 // or CUDA). Ops are coarse, one per block of the model, and run over every token of the current step;
 // activations live in backend memory behind opaque handles, weights are bound inside the backend at
-// construction and addressed by layer, never by name. Reductions across tensor-parallel ranks happen inside
-// the ops that need them, so the forward does not know how the model is sharded.
+// construction and addressed by layer, never by name. Collectives across tensor/expert/data-parallel ranks
+// happen inside the ops that need them, so the forward does not know how the model is sharded; it only calls
+// every op on every rank in the same order, also on a step with no tokens.
 #pragma once
 
 #include <cstdint>
@@ -72,9 +73,11 @@ class Backend {
   virtual void moe_block(int layer, Act x, Act out, RouteTrace* trace) = 0;
   // out[n, cols] = x[rows[i], :].
   virtual void gather_rows(Act x, std::span<const int64_t> rows, Act out) = 0;
-  // logits[n, vocab] = x[n, H] · lm_headᵀ, the whole vocabulary on every rank.
+  // logits[n, vocab] = x[n, H] · lm_headᵀ, the whole vocabulary on every rank. Called on every step, with
+  // n = 0 when the step wants no logits: with the vocabulary sharded it may be a collective.
   virtual void lm_head(Act x, Act logits) = 0;
-  // tokens[i] = samplers[i]->sample(logits row rows[i]) (the row is not modified).
+  // tokens[i] = samplers[i]->sample(logits row rows[i]) (the row is not modified). When the ranks of a group
+  // share the logits (attention-DP off), every rank returns the same tokens and records them in its samplers.
   virtual void sample(Act logits, std::span<const int64_t> rows, std::span<Sampler* const> samplers,
                       std::span<int32_t> tokens) = 0;
   // Copies rows [first_row, first_row + n) of a to the host (n × cols floats).

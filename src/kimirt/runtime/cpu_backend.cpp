@@ -11,19 +11,17 @@
 #include "kimirt/cpu/mla.h"
 #include "kimirt/cpu/mlp.h"
 #include "kimirt/cpu/norm.h"
-#include "kimirt/runtime/cpu_moe.h"
 
 namespace kimirt::runtime {
 namespace {
 
 // Checks made before any weight is copied: a mismatch here would otherwise surface as wrong numbers.
 const model::ParallelMapping& checked_mapping(const model::ParallelMapping& mapping, const Comm& comm,
-                                              const model::ModelConfig& config) {
+                                              const model::ModelConfig& config, MoeComm moe_comm) {
   mapping.validate(config);
+  ParallelConfig{mapping.tp_size, mapping.ep_size, mapping.attention_dp, moe_comm}.validate(config);
   KIMIRT_CHECK(comm.size() == mapping.tp_size && comm.rank() == mapping.tp_rank,
                "CPU backend: the communicator is rank {} of {}, the parallel mapping says {}", comm.rank(), comm.size(),
-               mapping.str());
-  KIMIRT_CHECK(!mapping.attention_dp, "CPU backend: attention-DP ({}) is not implemented; run with attention-DP off",
                mapping.str());
   return mapping;
 }
@@ -38,12 +36,14 @@ const CacheConfig& checked_cache(const CacheConfig& cache) {
 }  // namespace
 
 CpuBackend::CpuBackend(const model::ModelConfig& config, const model::ParamStore& params, Comm& comm,
-                       const model::ParallelMapping& mapping, const CacheConfig& cache)
+                       const model::ParallelMapping& mapping, const CacheConfig& cache, MoeComm moe_comm)
     : config_(config),
       cache_(checked_cache(cache)),
       comm_(comm),
-      weights_(config_, params, checked_mapping(mapping, comm, config_)),
-      caches_(config_, weights_.dims().kda, weights_.dims().mla, cache_) {
+      mapping_(checked_mapping(mapping, comm, config_, moe_comm)),
+      weights_(config_, params, mapping_),
+      caches_(config_, weights_.dims().kda, weights_.dims().mla, cache_),
+      moe_(config_, weights_.dims(), mapping_, moe_comm, comm_) {
   const int dense_tp = weights_.dims().dense_tp;
   if (dense_tp == comm_.size()) {
     dense_comm_ = &comm_;
@@ -187,7 +187,8 @@ void CpuBackend::kda_mixer(int layer, Act x, Act out) {
     cpu::kda_forward(weights_.dims().kda, weights_.layer(layer).kda, in + s.first_token * H, s.num_tokens,
                      caches_.kda_state(layer, s.kda_slot), o + s.first_token * H);
   }
-  comm_.all_reduce_sum(o, static_cast<size_t>(T * H), DType::kF32);  // o_proj partials over the head shards
+  // o_proj partials over the head shards; under attention-DP this rank ran every head.
+  if (!mapping_.attention_dp) comm_.all_reduce_sum(o, static_cast<size_t>(T * H), DType::kF32);
 }
 
 void CpuBackend::mla_mixer(int layer, Act x, Act out) {
@@ -195,16 +196,15 @@ void CpuBackend::mla_mixer(int layer, Act x, Act out) {
   const int64_t T = b.num_tokens(), H = config_.hidden_size, lw = caches_.latent_width();
   const float* in = data(x, T, H);
   float* o = data(out, T, H);
-  std::vector<float> cached, fresh;
   for (const StepSequence& s : b.sequences) {
-    cached.resize(static_cast<size_t>(s.start_position * lw));
-    caches_.gather_latent(layer, s.blocks, s.start_position, cached.data());
-    fresh.resize(static_cast<size_t>(s.num_tokens * lw));
+    mla_cached_.resize(static_cast<size_t>(s.start_position * lw));
+    caches_.gather_latent(layer, s.blocks, s.start_position, mla_cached_.data());
+    mla_fresh_.resize(static_cast<size_t>(s.num_tokens * lw));
     cpu::mla_forward(weights_.dims().mla, weights_.layer(layer).mla, in + s.first_token * H, s.num_tokens,
-                     cached.data(), s.start_position, o + s.first_token * H, fresh.data());
-    caches_.write_latent(layer, s.blocks, s.start_position, s.num_tokens, fresh.data());
+                     mla_cached_.data(), s.start_position, o + s.first_token * H, mla_fresh_.data());
+    caches_.write_latent(layer, s.blocks, s.start_position, s.num_tokens, mla_fresh_.data());
   }
-  comm_.all_reduce_sum(o, static_cast<size_t>(T * H), DType::kF32);
+  if (!mapping_.attention_dp) comm_.all_reduce_sum(o, static_cast<size_t>(T * H), DType::kF32);
 }
 
 void CpuBackend::dense_mlp(int layer, Act x, Act out) {
@@ -217,7 +217,7 @@ void CpuBackend::dense_mlp(int layer, Act x, Act out) {
 
 void CpuBackend::moe_block(int layer, Act x, Act out, RouteTrace* trace) {
   const int64_t T = batch().num_tokens(), H = config_.hidden_size;
-  cpu_moe_block(weights_.dims(), config_, weights_.layer(layer), data(x, T, H), T, comm_, data(out, T, H), trace);
+  moe_.forward(layer, weights_.layer(layer), data(x, T, H), T, data(out, T, H), trace, tracer_);
 }
 
 void CpuBackend::gather_rows(Act x, std::span<const int64_t> rows, Act out) {
@@ -233,14 +233,61 @@ void CpuBackend::gather_rows(Act x, std::span<const int64_t> rows, Act out) {
 void CpuBackend::lm_head(Act x, Act logits) {
   const int64_t n = rows(x), H = config_.hidden_size, V = config_.vocab_size, Vl = weights_.dims().vocab_rows;
   const int ranks = comm_.size();
+  const float* in = data(x, n, H);
   float* out = data(logits, n, V);
-  std::vector<float> local(static_cast<size_t>(n * Vl)), all(static_cast<size_t>(ranks * n * Vl));
-  cpu::lm_head(data(x, n, H), weights_.lm_head(), n, H, Vl, local.data());
+  if (ranks == 1) {
+    cpu::lm_head(in, weights_.lm_head(), n, H, V, out);
+    return;
+  }
+  if (mapping_.attention_dp) {
+    lm_head_gathered(in, n, out);
+    return;
+  }
+  head_local_.resize(static_cast<size_t>(n * Vl));
+  head_all_.resize(static_cast<size_t>(ranks * n * Vl));
+  cpu::lm_head(in, weights_.lm_head(), n, H, Vl, head_local_.data());
   // Every rank holds a contiguous vocabulary shard; the gather lands them rank after rank.
-  comm_.all_gather(local.data(), all.data(), local.size(), DType::kF32);
+  comm_.all_gather(head_local_.data(), head_all_.data(), head_local_.size(), DType::kF32);
   for (int r = 0; r < ranks; ++r) {
     for (int64_t i = 0; i < n; ++i) {
-      std::copy_n(all.data() + (r * n + i) * Vl, Vl, out + i * V + r * Vl);
+      std::copy_n(head_all_.data() + (r * n + i) * Vl, Vl, out + i * V + r * Vl);
+    }
+  }
+}
+
+void CpuBackend::lm_head_gathered(const float* x, int64_t n, float* out) {
+  const int64_t H = config_.hidden_size, V = config_.vocab_size, Vl = weights_.dims().vocab_rows;
+  const auto ranks = static_cast<size_t>(comm_.size());
+  head_counts_.resize(ranks);
+  const int64_t mine = n;
+  comm_.all_gather(&mine, head_counts_.data(), 1, DType::kI64);
+  const int64_t most = *std::max_element(head_counts_.begin(), head_counts_.end());
+  // Every rank's rows, each rank's padded to the longest, in rank order.
+  head_x_.assign(static_cast<size_t>(most * H), 0.0f);
+  std::copy_n(x, n * H, head_x_.data());
+  head_all_.resize(ranks * static_cast<size_t>(most * H));
+  comm_.all_gather(head_x_.data(), head_all_.data(), head_x_.size(), DType::kF32);
+  // This rank's vocabulary shard for every rank's rows, back to back in rank order; each rank gets its own.
+  int64_t total = 0;
+  for (int64_t c : head_counts_) total += c;
+  head_local_.resize(static_cast<size_t>(total * Vl));
+  head_send_.resize(ranks);
+  head_recv_.resize(ranks);
+  int64_t offset = 0;
+  for (size_t r = 0; r < ranks; ++r) {
+    const int64_t c = head_counts_[r];
+    cpu::lm_head(head_all_.data() + static_cast<int64_t>(r) * most * H, weights_.lm_head(), c, H, Vl,
+                 head_local_.data() + offset * Vl);
+    head_send_[r] = static_cast<size_t>(c * Vl);
+    head_recv_[r] = static_cast<size_t>(n * Vl);
+    offset += c;
+  }
+  head_x_.resize(ranks * static_cast<size_t>(n * Vl));  // now: every shard of this rank's rows, by rank
+  comm_.all_to_all_v(head_local_.data(), head_send_, head_x_.data(), head_recv_, DType::kF32);
+  for (size_t r = 0; r < ranks; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(head_x_.data() + (static_cast<int64_t>(r) * n + i) * Vl, Vl,
+                  out + i * V + static_cast<int64_t>(r) * Vl);
     }
   }
 }
@@ -249,12 +296,23 @@ void CpuBackend::sample(Act logits, std::span<const int64_t> rows, std::span<Sam
                         std::span<int32_t> tokens) {
   KIMIRT_ASSERT(rows.size() == samplers.size() && rows.size() == tokens.size());
   const int64_t n = this->rows(logits), V = cols(logits);
-  const float* src = data(logits, n, V);
-  std::vector<float> row(static_cast<size_t>(V));
-  for (size_t i = 0; i < rows.size(); ++i) {
-    KIMIRT_ASSERT(rows[i] >= 0 && rows[i] < n);
-    std::copy_n(src + rows[i] * V, V, row.data());  // the sampler edits its copy (penalties, temperature)
-    tokens[i] = samplers[i]->sample(row);
+  // With shared logits, rank 0 samples and the others take its tokens: the group feeds back the same tokens
+  // whatever the last bits of each rank's logits or its samplers' seeds.
+  const bool shared = tokens_shared();
+  if (!shared || comm_.rank() == 0) {
+    const float* src = data(logits, n, V);
+    sample_row_.resize(static_cast<size_t>(V));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      KIMIRT_ASSERT(rows[i] >= 0 && rows[i] < n);
+      std::copy_n(src + rows[i] * V, V, sample_row_.data());  // the sampler edits its copy (penalties, temperature)
+      tokens[i] = samplers[i]->sample(sample_row_);
+    }
+  }
+  if (shared) {
+    comm_.broadcast(tokens.data(), tokens.size(), DType::kI32, 0);
+    if (comm_.rank() != 0) {
+      for (size_t i = 0; i < rows.size(); ++i) samplers[i]->record(tokens[i]);  // penalties see the same history
+    }
   }
 }
 

@@ -1,88 +1,250 @@
 #include "kimirt/runtime/cpu_moe.h"
 
 #include <algorithm>
-#include <utility>
 #include <vector>
 
+#include "kimirt/base/error.h"
 #include "kimirt/cpu/matmul.h"
 #include "kimirt/cpu/mlp.h"
 #include "kimirt/cpu/norm.h"
 #include "kimirt/cpu/router.h"
 
 namespace kimirt::runtime {
+namespace {
 
-void local_routed_experts(const CpuLocalDims& dims, const CpuLayerWeights& w, const float* z, int64_t tokens,
-                          const int32_t* expert_ids, const float* weights, float* y) {
-  const int64_t width = dims.expert_width, k = dims.router.top_k;
-  const auto num_local = static_cast<int64_t>(w.experts.size());
-  std::vector<std::vector<std::pair<int64_t, float>>> assigned(w.experts.size());
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = expert_ids[t * k + j] - w.first_expert;
-      if (e >= 0 && e < num_local) assigned[static_cast<size_t>(e)].emplace_back(t, weights[t * k + j]);
-    }
-  }
-  std::fill(y, y + tokens * width, 0.0f);
-  std::vector<float> rows;
-  const cpu::GatedMlpDims mlp{width, dims.expert_intermediate};
-  for (int64_t e = 0; e < num_local; ++e) {
-    const auto& mine = assigned[static_cast<size_t>(e)];
-    if (mine.empty()) continue;
-    const auto n = static_cast<int64_t>(mine.size());
-    rows.resize(static_cast<size_t>(n * width));
-    for (int64_t r = 0; r < n; ++r) std::copy_n(z + mine[r].first * width, width, rows.data() + r * width);
-    cpu::gated_mlp(mlp, w.experts[static_cast<size_t>(e)], dims.act, rows.data(), n, rows.data());
-    for (int64_t r = 0; r < n; ++r) {
-      float* dst = y + mine[r].first * width;
-      const float* src = rows.data() + r * width;
-      const float wgt = mine[r].second;
-      for (int64_t i = 0; i < width; ++i) dst[i] += wgt * src[i];
-    }
+void add_into(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// Ranks r < g hold the g distinct shards of the shared experts (shard = r mod g); the rest hold copies.
+bool contributes_shared(const model::ModelConfig& c, const CpuLocalDims& dims, const model::ParallelMapping& m) {
+  if (dims.shared_intermediate == 0 || m.attention_dp) return true;
+  const int64_t g = c.shared_intermediate_size() / dims.shared_intermediate;
+  return m.tp_rank < g;
+}
+
+}  // namespace
+
+CpuMoe::CpuMoe(const model::ModelConfig& config, const CpuLocalDims& dims, const model::ParallelMapping& mapping,
+               MoeComm mode, Comm& comm)
+    : config_(config),
+      dims_(dims),
+      mode_(mapping.attention_dp ? MoeComm::kAllToAll : mode),
+      attention_dp_(mapping.attention_dp),
+      shared_contributor_(contributes_shared(config, dims, mapping)),
+      comm_(comm) {
+  if (mode_ == MoeComm::kAllToAll && config.num_experts > 0) {
+    KIMIRT_CHECK(mapping.ep_size == mapping.tp_size,
+                 "MoE: the all-to-all path needs whole experts on every rank (ep == tp), got {}", mapping.str());
+    exchange_.emplace(comm, config.num_experts);
   }
 }
 
-void cpu_moe_block(const CpuLocalDims& dims, const model::ModelConfig& config, const CpuLayerWeights& w, const float* x,
-                   int64_t tokens, Comm& comm, float* out, RouteTrace* trace) {
-  const int64_t H = config.hidden_size, k = dims.router.top_k, width = dims.expert_width;
-  std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
-  std::vector<float> weights(ids.size());
-  cpu::route(dims.router, w.router, x, tokens, H, ids.data(), weights.data());
+void CpuMoe::forward(int layer, const CpuLayerWeights& w, const float* x, int64_t tokens, float* out, RouteTrace* trace,
+                     OpTracer* tracer) {
+  const int64_t H = config_.hidden_size, k = dims_.router.top_k;
+  if (tracer) tracer->on_point(TracePoint::kMoeBegin, layer, {x, static_cast<size_t>(tokens * H)}, tokens, H);
+  // The router is replicated: every rank picks the same experts for the same token.
+  ids_.resize(static_cast<size_t>(tokens * k));
+  weights_.resize(ids_.size());
+  if (tokens > 0) cpu::route(dims_.router, w.router, x, tokens, H, ids_.data(), weights_.data());
   if (trace) {
     trace->top_k = k;
-    trace->expert_ids = ids;
-    trace->weights = weights;
+    trace->expert_ids = ids_;
+    trace->weights = weights_;
   }
-  const bool shared = dims.shared_intermediate > 0;
-  const cpu::GatedMlpDims shared_dims{H, dims.shared_intermediate};
+  if (mode_ == MoeComm::kDirect) {
+    direct(layer, w, x, tokens, out, tracer);
+  } else {
+    exchanged(layer, w, x, tokens, out, tracer);
+  }
+  if (tracer) tracer->on_point(TracePoint::kMoeEnd, layer, {out, static_cast<size_t>(tokens * H)}, tokens, H);
+}
 
-  if (!config.latent_moe()) {
-    // Both branches are in model space: summed locally, then one reduction.
-    local_routed_experts(dims, w, x, tokens, ids.data(), weights.data(), out);
-    if (shared) {
-      std::vector<float> s(static_cast<size_t>(tokens * H));
-      cpu::gated_mlp(shared_dims, w.shared, dims.act, x, tokens, s.data());
-      for (size_t i = 0; i < s.size(); ++i) out[i] += s[i];
+void CpuMoe::shared_partial(const CpuLayerWeights& w, const float* x, int64_t tokens, float* dst) {
+  const int64_t H = config_.hidden_size;
+  if (shared_contributor_) {
+    cpu::gated_mlp({H, dims_.shared_intermediate}, w.shared, dims_.act, x, tokens, dst);
+  } else {
+    std::fill(dst, dst + tokens * H, 0.0f);  // a copy of a shard that a lower rank already adds
+  }
+}
+
+void CpuMoe::finish_latent(int layer, const CpuLayerWeights& w, float* latent, int64_t rows, float* out,
+                           OpTracer* tracer) {
+  const int64_t H = config_.hidden_size, width = dims_.expert_width;
+  if (config_.latent_moe_use_norm) {
+    if (tracer) {
+      tracer->on_point(TracePoint::kLatentNorm, layer, {latent, static_cast<size_t>(rows * width)}, rows, width);
     }
-    comm.all_reduce_sum(out, static_cast<size_t>(tokens * H), DType::kF32);
+    cpu::rms_norm(latent, w.latent_norm, latent, rows, width, dims_.rms_norm_eps);
+  }
+  cpu::matmul(latent, w.latent_up, out, rows, H, width);
+}
+
+void CpuMoe::direct(int layer, const CpuLayerWeights& w, const float* x, int64_t tokens, float* out, OpTracer* tracer) {
+  const int64_t H = config_.hidden_size, width = dims_.expert_width;
+  const bool shared = dims_.shared_intermediate > 0;
+
+  if (!config_.latent_moe()) {
+    // Both branches are in model space: summed locally, then one reduction.
+    local_experts(w, x, tokens, out);
+    if (shared) {
+      shared_.resize(static_cast<size_t>(tokens * H));
+      shared_partial(w, x, tokens, shared_.data());
+      add_into(out, shared_.data(), tokens * H);
+    }
+    comm_.all_reduce_sum(out, static_cast<size_t>(tokens * H), DType::kF32);
     return;
   }
 
   // [shared partial (tokens × H) | routed latent partial (tokens × width)] in one buffer, one all-reduce.
   const int64_t shared_size = shared ? tokens * H : 0;
-  std::vector<float> partial(static_cast<size_t>(shared_size + tokens * width));
-  float* routed = partial.data() + shared_size;
-  std::vector<float> z(static_cast<size_t>(tokens * width));
-  cpu::matmul(x, w.latent_down, z.data(), tokens, width, H);
-  local_routed_experts(dims, w, z.data(), tokens, ids.data(), weights.data(), routed);
-  if (shared) cpu::gated_mlp(shared_dims, w.shared, dims.act, x, tokens, partial.data());
-  comm.all_reduce_sum(partial.data(), partial.size(), DType::kF32);
+  partial_.resize(static_cast<size_t>(shared_size + tokens * width));
+  float* routed = partial_.data() + shared_size;
+  z_.resize(static_cast<size_t>(tokens * width));
+  cpu::matmul(x, w.latent_down, z_.data(), tokens, width, H);
+  local_experts(w, z_.data(), tokens, routed);
+  if (shared) shared_partial(w, x, tokens, partial_.data());
+  comm_.all_reduce_sum(partial_.data(), partial_.size(), DType::kF32);
 
   // The latent is complete only now: normalize, project up, add the shared result.
-  if (config.latent_moe_use_norm) cpu::rms_norm(routed, w.latent_norm, routed, tokens, width, dims.rms_norm_eps);
-  cpu::matmul(routed, w.latent_up, out, tokens, H, width);
-  if (shared) {
-    for (int64_t i = 0; i < tokens * H; ++i) out[i] += partial[static_cast<size_t>(i)];
+  finish_latent(layer, w, routed, tokens, out, tracer);
+  if (shared) add_into(out, partial_.data(), tokens * H);
+}
+
+void CpuMoe::local_experts(const CpuLayerWeights& w, const float* z, int64_t tokens, float* y) {
+  const int64_t width = dims_.expert_width, k = dims_.router.top_k;
+  const auto num_local = static_cast<int64_t>(w.experts.size());
+  // The (token, slot) choices of this rank's experts, grouped by expert in id order, tokens ascending.
+  starts_.assign(static_cast<size_t>(num_local + 1), 0);
+  for (int64_t p = 0; p < tokens * k; ++p) {
+    const int64_t e = ids_[static_cast<size_t>(p)] - w.first_expert;
+    if (e >= 0 && e < num_local) ++starts_[static_cast<size_t>(e + 1)];
   }
+  for (int64_t e = 0; e < num_local; ++e) starts_[static_cast<size_t>(e + 1)] += starts_[static_cast<size_t>(e)];
+  next_.assign(starts_.begin(), starts_.end() - 1);
+  order_.resize(static_cast<size_t>(starts_.back()));
+  for (int64_t p = 0; p < tokens * k; ++p) {
+    const int64_t e = ids_[static_cast<size_t>(p)] - w.first_expert;
+    if (e >= 0 && e < num_local) order_[static_cast<size_t>(next_[static_cast<size_t>(e)]++)] = p;
+  }
+  std::fill(y, y + tokens * width, 0.0f);
+  const cpu::GatedMlpDims mlp{width, dims_.expert_intermediate};
+  for (int64_t e = 0; e < num_local; ++e) {
+    const int64_t b = starts_[static_cast<size_t>(e)], n = starts_[static_cast<size_t>(e + 1)] - b;
+    if (n == 0) continue;
+    rows_.resize(static_cast<size_t>(n * width));
+    for (int64_t r = 0; r < n; ++r) {
+      std::copy_n(z + (order_[static_cast<size_t>(b + r)] / k) * width, width, rows_.data() + r * width);
+    }
+    cpu::gated_mlp(mlp, w.experts[static_cast<size_t>(e)], dims_.act, rows_.data(), n, rows_.data());
+    // Experts are added in id order, in fp32: the order cpu::routed_experts uses.
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t p = order_[static_cast<size_t>(b + r)];
+      float* dst = y + (p / k) * width;
+      const float* src = rows_.data() + r * width;
+      const float wgt = weights_[static_cast<size_t>(p)];
+      for (int64_t i = 0; i < width; ++i) dst[i] += wgt * src[i];
+    }
+  }
+}
+
+void CpuMoe::run_received(const CpuLayerWeights& w) {
+  const int64_t n = exchange_->received(), width = dims_.expert_width;
+  const auto num_local = static_cast<int64_t>(w.experts.size());
+  const int32_t* experts = exchange_->received_experts();
+  // Counting sort of the received rows by local expert, keeping arrival order within an expert.
+  starts_.assign(static_cast<size_t>(num_local + 1), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t e = experts[i] - w.first_expert;
+    KIMIRT_ASSERT(e >= 0 && e < num_local);
+    ++starts_[static_cast<size_t>(e + 1)];
+  }
+  for (int64_t e = 0; e < num_local; ++e) starts_[static_cast<size_t>(e + 1)] += starts_[static_cast<size_t>(e)];
+  order_.resize(static_cast<size_t>(n));
+  next_.assign(starts_.begin(), starts_.end() - 1);
+  for (int64_t i = 0; i < n; ++i) {
+    order_[static_cast<size_t>(next_[static_cast<size_t>(experts[i] - w.first_expert)]++)] = i;
+  }
+  const cpu::GatedMlpDims mlp{width, dims_.expert_intermediate};
+  const float* in = exchange_->received_rows();
+  float* res = exchange_->results();
+  for (int64_t e = 0; e < num_local; ++e) {
+    const int64_t b = starts_[static_cast<size_t>(e)], cnt = starts_[static_cast<size_t>(e + 1)] - b;
+    if (cnt == 0) continue;
+    rows_.resize(static_cast<size_t>(cnt * width));
+    for (int64_t r = 0; r < cnt; ++r) {
+      std::copy_n(in + order_[static_cast<size_t>(b + r)] * width, width, rows_.data() + r * width);
+    }
+    cpu::gated_mlp(mlp, w.experts[static_cast<size_t>(e)], dims_.act, rows_.data(), cnt, rows_.data());
+    for (int64_t r = 0; r < cnt; ++r) {
+      std::copy_n(rows_.data() + r * width, width, res + order_[static_cast<size_t>(b + r)] * width);
+    }
+  }
+}
+
+void CpuMoe::exchanged(int layer, const CpuLayerWeights& w, const float* x, int64_t tokens, float* out,
+                       OpTracer* tracer) {
+  const int64_t H = config_.hidden_size, width = dims_.expert_width, k = dims_.router.top_k;
+  const bool shared = dims_.shared_intermediate > 0;
+  KIMIRT_ASSERT(exchange_.has_value());
+  // Under attention-DP the rank's tokens are its own; otherwise every rank has all of them and takes a share.
+  const TokenShare share = attention_dp_ ? TokenShare{0, tokens} : token_share(tokens, comm_.size(), comm_.rank());
+  const int64_t n = share.size();
+  const float* xs = x + share.begin * H;
+  const int32_t* ids = ids_.data() + share.begin * k;
+  const float* wts = weights_.data() + share.begin * k;
+
+  if (shared) {
+    // The shared experts' own reduction (none when they are replicated under attention-DP).
+    shared_.resize(static_cast<size_t>(tokens * H));
+    shared_partial(w, x, tokens, shared_.data());
+    if (!attention_dp_) comm_.all_reduce_sum(shared_.data(), shared_.size(), DType::kF32);
+  }
+
+  const float* rows = xs;  // what travels: the latent (K3) or the token itself (Kimi Linear)
+  if (config_.latent_moe()) {
+    z_.resize(static_cast<size_t>(n * width));
+    cpu::matmul(xs, w.latent_down, z_.data(), n, width, H);
+    rows = z_.data();
+  }
+  exchange_->dispatch(rows, n, width, ids, k);
+  run_received(w);
+  pairs_.resize(static_cast<size_t>(n * k * width));
+  exchange_->combine(pairs_.data());
+
+  // Each token's weighted sum over its experts in id order, the order of the unsharded block.
+  latent_.assign(static_cast<size_t>(n * width), 0.0f);
+  slots_.resize(static_cast<size_t>(k));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < k; ++j) slots_[static_cast<size_t>(j)] = j;
+    std::sort(slots_.begin(), slots_.end(), [&](int64_t a, int64_t b) { return ids[t * k + a] < ids[t * k + b]; });
+    float* dst = latent_.data() + t * width;
+    for (int64_t j : slots_) {
+      const float wgt = wts[t * k + j];
+      const float* src = pairs_.data() + (t * k + j) * width;
+      for (int64_t i = 0; i < width; ++i) dst[i] += wgt * src[i];
+    }
+  }
+
+  // The routed result of the share lands in its rows of the step's output.
+  float* routed_out = out;
+  if (!attention_dp_) {
+    full_.assign(static_cast<size_t>(tokens * H), 0.0f);
+    routed_out = full_.data() + share.begin * H;
+  }
+  if (config_.latent_moe()) {
+    finish_latent(layer, w, latent_.data(), n, routed_out, tracer);
+  } else {
+    std::copy_n(latent_.data(), n * H, routed_out);
+  }
+  if (!attention_dp_) {
+    // Token shares reassembled: each element has exactly one non-zero term, so the sum is exact.
+    comm_.all_reduce_sum(full_.data(), full_.size(), DType::kF32);
+    std::copy(full_.begin(), full_.end(), out);
+  }
+  if (shared) add_into(out, shared_.data(), tokens * H);
 }
 
 }  // namespace kimirt::runtime

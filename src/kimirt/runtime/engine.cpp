@@ -232,7 +232,10 @@ bool Engine::step() {
   const int64_t before = active_.load();
   take_incoming();
   admit();
-  if (running_.empty()) return active_.load() != before;
+  if (running_.empty()) {
+    if (config_.lockstep) forward_.run(StepBatch{});  // nothing of ours, but the group's collectives need us
+    return active_.load() != before;
+  }
 
   std::vector<SequenceWork> work;
   for (const auto& r : running_) {
@@ -302,6 +305,7 @@ bool Engine::step() {
     for (size_t i = 0; i < sampled.size(); ++i) after_sample(*sampled[i], tokens[i], raw[i]);
   } catch (const std::exception& e) {
     fail_batch(members, e.what());
+    if (config_.lockstep) throw;
     return true;
   }
 

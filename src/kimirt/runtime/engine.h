@@ -33,6 +33,10 @@ struct EngineConfig {
   SchedulerConfig scheduler;
   std::vector<int32_t> eos_ids;              // the model's end-of-sequence ids (stop unless ignore_eos)
   std::optional<text::Tokenizer> tokenizer;  // enables TokenEvent::text and stop strings
+  // One rank of a parallel group (set by ParallelEngine): every step() runs the forward, with no tokens when
+  // this rank has nothing to run, so that the other ranks' collectives find it; and a failing step is
+  // rethrown after its requests are failed, because the group cannot tell which collective each rank is in.
+  bool lockstep = false;
 };
 
 struct EngineStats {
@@ -67,7 +71,7 @@ class Engine {
   void cancel(int64_t request_id);
 
   // Runs one step: takes new requests and cancellations, admits what fits, runs one batch, delivers its
-  // tokens. Returns false when there was nothing to do.
+  // tokens. Returns false when there was nothing to do (a lockstep engine has then run an empty forward).
   bool step();
   // Steps until every request has finished.
   void run_until_idle();

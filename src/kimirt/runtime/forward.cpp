@@ -44,8 +44,9 @@ std::string_view tap_name(Tap tap) {
 ActBuffer Forward::run(const StepBatch& batch, ForwardObserver* observer) {
   Backend& be = backend_;
   const model::ModelConfig& c = be.config();
+  // T may be 0: under attention-DP a rank without work still runs the step, to join the other ranks'
+  // collectives (MoE exchange, LM-head gather).
   const int64_t T = batch.num_tokens(), H = c.hidden_size;
-  KIMIRT_CHECK(T > 0, "forward: the step has no tokens");
   StepScope scope(be, batch);
 
   std::vector<float> host;
@@ -126,7 +127,7 @@ ActBuffer Forward::run(const StepBatch& batch, ForwardObserver* observer) {
   be.rms_norm(-1, NormSite::kFinal, src, normed.get());
   tap(Tap::kFinalNorm, -1, normed.get());
 
-  if (batch.logit_rows == 0) return {};
+  // The LM head runs even for no rows: it can be a collective that every rank must join.
   const std::vector<int64_t> rows = batch.logit_token_rows();
   const auto n = static_cast<int64_t>(rows.size());
   ActBuffer logits(be, n, c.vocab_size);
@@ -137,6 +138,7 @@ ActBuffer Forward::run(const StepBatch& batch, ForwardObserver* observer) {
     be.gather_rows(normed.get(), rows, selected.get());
     be.lm_head(selected.get(), logits.get());
   }
+  if (n == 0) return {};
   return logits;
 }
 

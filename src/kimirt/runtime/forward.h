@@ -43,7 +43,8 @@ class Forward {
   explicit Forward(Backend& backend) : backend_(backend) {}
 
   // Runs the model over the batch; every sequence's cache advances by its tokens. Returns the logits
-  // [batch.logit_rows, vocab] in backend memory (an empty buffer when the batch asks for none).
+  // [batch.logit_rows, vocab] in backend memory (an empty buffer when the batch asks for none). A batch of no
+  // sequences runs every op on zero tokens, collectives included (a rank without work under attention-DP).
   ActBuffer run(const StepBatch& batch, ForwardObserver* observer = nullptr);
 
   Backend& backend() { return backend_; }

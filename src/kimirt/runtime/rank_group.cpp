@@ -1,0 +1,175 @@
+#include "kimirt/runtime/rank_group.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kimirt/base/error.h"
+#include "kimirt/comm/local_comm.h"
+#include "kimirt/comm/mpi_comm.h"
+
+#ifdef KIMIRT_HAVE_CUDA
+#include "kimirt/cuda/device.h"
+#include "kimirt/cuda/nccl_comm.h"
+#endif
+
+namespace kimirt::runtime {
+namespace {
+
+// The first of the launcher's variables that is set, as a number; -1 when none is.
+int env_number(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (const char* v = std::getenv(name); v && *v) {
+      char* end = nullptr;
+      const long n = std::strtol(v, &end, 10);
+      KIMIRT_CHECK(end && *end == '\0' && n >= 0 && n < (1 << 20), "environment: {}={} is not a rank number", name, v);
+      return static_cast<int>(n);
+    }
+  }
+  return -1;
+}
+
+// Runs fn on one thread per comm; when one throws, abort(reason) releases the others and its error wins.
+void run_threads(std::vector<Comm*> comms, const std::function<void(Comm&)>& fn,
+                 const std::function<void(const std::string&)>& abort) {
+  std::mutex mutex;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < comms.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(*comms[r]);
+      } catch (...) {
+        std::string what = "an unknown error";
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        bool is_first = false;
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!first) {
+            first = std::current_exception();
+            is_first = true;
+          }
+        }
+        if (is_first) abort("rank " + std::to_string(r) + " failed: " + what);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+#ifdef KIMIRT_HAVE_CUDA
+int local_process_rank() {
+  const int local = env_number({"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "KIMIRT_LOCAL_RANK"});
+  return local < 0 ? 0 : local;
+}
+#endif
+
+}  // namespace
+
+RankLaunch plan_launch(Device device, int tp) {
+  KIMIRT_CHECK(tp >= 0, "--tp must be at least 1, got {}", tp);
+  RankLaunch launch;
+  launch.device = device;
+  if (launched_under_mpi()) {
+    const int world = env_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
+    const int rank = env_number({"OMPI_COMM_WORLD_RANK", "PMI_RANK"});
+    KIMIRT_CHECK(world >= 1 && rank >= 0 && rank < world, "mpirun: this process is rank {} of {}", rank, world);
+    KIMIRT_CHECK(tp == 0 || tp == world,
+                 "--tp {}: under mpirun every process is one rank, and mpirun started {} (use -np {} or --tp {})", tp,
+                 world, tp, world);
+    launch.world_size = world;
+    launch.per_process = true;
+    launch.process_rank = rank;
+  } else {
+    launch.world_size = tp == 0 ? 1 : tp;
+  }
+  return launch;
+}
+
+void run_local_ranks(int size, const std::function<void(Comm& comm)>& fn) {
+  auto comms = LocalComm::create_group(size);
+  std::vector<Comm*> ranks;
+  for (auto& c : comms) ranks.push_back(c.get());
+  run_threads(ranks, fn, [&](const std::string& reason) { comms[0]->abort(reason); });
+}
+
+void run_ranks(const RankLaunch& launch, const std::function<void(Comm& comm)>& fn) {
+  if (!launch.per_process) {
+    if (launch.device == Device::kCpu) {
+      run_local_ranks(launch.world_size, fn);
+      return;
+    }
+#ifdef KIMIRT_HAVE_CUDA
+    const int devices = cuda::device_count();
+    KIMIRT_CHECK(launch.world_size <= devices, "--tp {} in one process needs {} GPUs, this machine has {}",
+                 launch.world_size, launch.world_size, devices);
+    // NCCL's set-up is collective: every rank joins from its own thread. The threads that fail to get a
+    // communicator cannot be aborted through it: NCCL itself times out.
+    const cuda::NcclId id = cuda::nccl_new_id();
+    std::vector<std::unique_ptr<cuda::NcclComm>> comms(static_cast<size_t>(launch.world_size));
+    std::vector<std::thread> joins;
+    std::vector<std::exception_ptr> errors(comms.size());
+    for (int r = 0; r < launch.world_size; ++r) {
+      joins.emplace_back([&, r] {
+        try {
+          comms[static_cast<size_t>(r)] = cuda::NcclComm::create(id, launch.world_size, r, r);
+        } catch (...) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : joins) t.join();
+    for (auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+    std::vector<Comm*> ranks;
+    for (auto& c : comms) ranks.push_back(c.get());
+    // A failed rank leaves the others in an NCCL call that only NCCL's timeout ends; the first error wins.
+    run_threads(ranks, fn, [](const std::string&) {});
+    return;
+#else
+    fail("--device {}: this kimirt was built without CUDA", device_name(launch.device));
+#endif
+  }
+
+  // One rank per process.
+  auto open_and_run = [&] {
+    std::unique_ptr<Comm> comm;
+    if (launch.device == Device::kCpu) {
+      comm = MpiComm::world();
+    } else {
+#ifdef KIMIRT_HAVE_CUDA
+      comm = cuda::NcclComm::from_mpi(local_process_rank() % std::max(cuda::device_count(), 1));
+#else
+      fail("--device {}: this kimirt was built without CUDA", device_name(launch.device));
+#endif
+    }
+    fn(*comm);
+  };
+  if (launch.world_size == 1) {
+    open_and_run();
+    return;
+  }
+  try {
+    open_and_run();
+  } catch (const std::exception& e) {
+    // The other processes cannot be reached to unblock them: say what happened, then end the launch.
+    std::fprintf(stderr, "kimirt: error: rank %d of %d: %s\n", launch.process_rank, launch.world_size, e.what());
+    std::fflush(stderr);
+    MpiComm::world()->abort(1);
+  }
+}
+
+}  // namespace kimirt::runtime

@@ -1,0 +1,35 @@
+// Where the ranks of a parallel run live and how each gets its communicator, for any device:
+//   in one process  one thread per rank (CPU: LocalComm over shared memory; CUDA: NCCL, GPU r for rank r);
+//   under mpirun    this process is one rank (CPU: MpiComm; CUDA: NCCL bootstrapped through MPI, the GPU of
+//                   the process's local rank).
+// A rank that fails must not leave the others waiting in a collective: in one process the group's LocalComm
+// is aborted and the first error (the cause, not the aborts it caused) is rethrown; under mpirun the error is
+// printed with the rank and the whole launch is aborted (MPI_Abort), as the other processes cannot be reached.
+#pragma once
+
+#include <functional>
+
+#include "kimirt/comm/comm.h"
+#include "kimirt/runtime/backend_factory.h"
+
+namespace kimirt::runtime {
+
+struct RankLaunch {
+  Device device = Device::kCpu;
+  int world_size = 1;        // ranks in the group
+  bool per_process = false;  // started by mpirun: this process is rank `process_rank`
+  int process_rank = 0;
+};
+
+// This process's part of a group of `tp` ranks: under an MPI launcher the launcher's world (tp must equal its
+// size; 0 takes it), otherwise `tp` ranks (0 means 1) in this process. Throws naming --tp on a mismatch.
+RankLaunch plan_launch(Device device, int tp);
+
+// Runs fn(comm) for every rank this process owns, each with its communicator of the whole group (comm.rank()
+// is the rank). Returns once every rank has returned.
+void run_ranks(const RankLaunch& launch, const std::function<void(Comm& comm)>& fn);
+
+// The in-process CPU group on its own: `size` threads over a LocalComm group.
+void run_local_ranks(int size, const std::function<void(Comm& comm)>& fn);
+
+}  // namespace kimirt::runtime

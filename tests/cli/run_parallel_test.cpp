@@ -1,0 +1,87 @@
+// `kimirt run` on several ranks end to end: --tp N (threads of one process, LocalComm) and mpirun -np N (one
+// process per rank, MpiComm) print the same greedy ids as one rank, with MoE-TP, EP, the all-to-all MoE path
+// and attention-DP; what cannot run is refused with a message that says why.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code;
+  std::string out;  // stdout, or stdout and stderr together
+};
+
+Result run(const std::string& command, bool with_stderr) {
+  const std::string cmd = command + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string kimirt() { return std::string(KIMIRT_BINARY_DIR) + "/bin/kimirt"; }
+std::string golden(const std::string& name) { return std::string(KIMIRT_TESTDATA_DIR) + "/" + name; }
+
+// The ids `kimirt run` prints (stdout) for a fixed prompt, greedy.
+std::string ids(const std::string& model, const std::string& flags, const std::string& launcher = "") {
+  const std::string cmd =
+      launcher + kimirt() + " run -m " + golden(model) + " --ids 5,17,3,200,41,9 -n 10 --print-ids " + flags;
+  const Result r = run(cmd, false);
+  if (r.exit_code != 0) ADD_FAILURE() << cmd << " failed: " << run(cmd, true).out;
+  return r.out;
+}
+
+TEST(RunParallel, ThreadRanksPrintTheIdsOfOneRank) {
+  const std::string one = ids("kl-tiny", "--tp 1");
+  ASSERT_EQ(std::count(one.begin(), one.end(), ' '), 10) << one;  // ten ids, each followed by a space
+  EXPECT_EQ(ids("kl-tiny", "--tp 4 --device cpu"), one);
+  EXPECT_EQ(ids("kl-tiny", "--tp 4 --ep 2"), one);
+  EXPECT_EQ(ids("kl-tiny", "--tp 4 --ep 4 --moe-comm all_to_all"), one);
+  EXPECT_EQ(ids("kl-tiny", "--tp 2 --ep 2 --attention-dp"), one);
+  const std::string k3 = ids("k3-tiny", "");
+  EXPECT_EQ(ids("k3-tiny", "--tp 4 --ep 2"), k3);
+  EXPECT_EQ(ids("k3-tiny", "--tp 4 --ep 4 --attention-dp"), k3);
+}
+
+TEST(RunParallel, MpirunProcessesPrintTheIdsOfOneRank) {
+#ifndef KIMIRT_MPIEXEC
+  GTEST_SKIP() << "no MPI launcher in this build";
+#else
+  if (!std::filesystem::exists(KIMIRT_MPIEXEC)) GTEST_SKIP() << KIMIRT_MPIEXEC << " is absent";
+  const std::string mpirun = std::string(KIMIRT_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 ";
+  const std::string one = ids("kl-tiny", "");
+  EXPECT_EQ(ids("kl-tiny", "", mpirun), one) << "every process is one rank, only rank 0 prints";
+  EXPECT_EQ(ids("kl-tiny", "--tp 2 --ep 2 --attention-dp", mpirun), one);
+  const Result mismatch = run(mpirun + kimirt() + " run -m " + golden("kl-tiny") + " --ids 1 --tp 4", true);
+  EXPECT_NE(mismatch.exit_code, 0);
+  EXPECT_THAT(mismatch.out, HasSubstr("--tp 4: under mpirun every process is one rank, and mpirun started 2"));
+#endif
+}
+
+TEST(RunParallel, WhatCannotRunIsRefusedWithTheReason) {
+  auto refused = [](const std::string& model, const std::string& flags) {
+    const Result r = run(kimirt() + " run -m " + golden(model) + " --ids 1 -n 2 " + flags, true);
+    EXPECT_EQ(r.exit_code, 1) << flags << ": " << r.out;
+    return r.out;
+  };
+  EXPECT_THAT(refused("kl-tiny", "--device cuda"), AllOf(HasSubstr("--device cuda"), HasSubstr("not implemented yet")));
+  EXPECT_THAT(refused("kl-tiny", "--tp 3"), HasSubstr("does not divide the KDA heads (4)"));
+  EXPECT_THAT(refused("kl-tiny", "--tp 4 --ep 2 --attention-dp"), HasSubstr("use --ep 4"));
+  EXPECT_THAT(refused("kl-tiny", "--tp 2 --moe-comm all_to_all"), HasSubstr("--moe-comm all_to_all"));
+  // k3-tiny's MXFP4 experts are 64 wide in groups of 32: four MoE-TP slices would cut groups.
+  EXPECT_THAT(refused("k3-tiny", "--tp 4"), HasSubstr("block_sparse_moe.experts."));
+}
+
+}  // namespace

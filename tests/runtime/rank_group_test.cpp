@@ -1,0 +1,94 @@
+// The set-up of a group of ranks: how many ranks a process runs (in-process threads, or one rank under
+// mpirun, where --tp must agree with the launcher), and that a failing rank releases the ranks waiting for
+// it in a collective and its own error is the one reported.
+#include "kimirt/runtime/rank_group.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "kimirt/base/error.h"
+#include "kimirt/comm/mpi_comm.h"
+
+namespace kimirt::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(RankGroup, RunsOneThreadPerRankWithItsOwnRank) {
+  std::vector<int> seen(4, -1);
+  run_local_ranks(4, [&](Comm& comm) {
+    int64_t v = comm.rank();
+    comm.all_reduce_sum(&v, 1, DType::kI64);
+    EXPECT_EQ(v, 6);
+    seen[static_cast<size_t>(comm.rank())] = comm.size();
+  });
+  EXPECT_EQ(seen, (std::vector<int>{4, 4, 4, 4}));
+}
+
+TEST(RankGroup, AFailingRankReleasesTheOthersAndItsErrorIsRethrown) {
+  std::string error;
+  std::vector<std::string> others(3);
+  try {
+    run_local_ranks(3, [&](Comm& comm) {
+      if (comm.rank() == 1) fail("rank one broke");
+      try {
+        float v = 1.0f;
+        comm.all_reduce_sum(&v, 1, DType::kF32);  // would wait for rank 1 forever
+      } catch (const Error& e) {
+        others[static_cast<size_t>(comm.rank())] = e.what();
+        throw;
+      }
+    });
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, "rank one broke");
+  EXPECT_THAT(others[0], HasSubstr("aborted"));
+  EXPECT_THAT(others[2], HasSubstr("rank 1 failed: rank one broke"));
+}
+
+TEST(RankGroup, OutsideMpiTheRanksLiveInThisProcess) {
+  if (launched_under_mpi()) GTEST_SKIP() << "this test program runs under an MPI launcher";
+  const RankLaunch one = plan_launch(Device::kCpu, 0);
+  EXPECT_EQ(one.world_size, 1);
+  EXPECT_FALSE(one.per_process);
+  const RankLaunch four = plan_launch(Device::kCpu, 4);
+  EXPECT_EQ(four.world_size, 4);
+  EXPECT_FALSE(four.per_process);
+}
+
+// Sets the variables mpirun gives each process, for the duration of a scope.
+class FakeMpiLaunch {
+ public:
+  FakeMpiLaunch(int size, int rank) {
+    setenv("OMPI_COMM_WORLD_SIZE", std::to_string(size).c_str(), 1);
+    setenv("OMPI_COMM_WORLD_RANK", std::to_string(rank).c_str(), 1);
+  }
+  ~FakeMpiLaunch() {
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("OMPI_COMM_WORLD_RANK");
+  }
+};
+
+TEST(RankGroup, UnderMpirunEachProcessIsOneRankAndTpMustAgree) {
+  if (launched_under_mpi()) GTEST_SKIP() << "this test program runs under an MPI launcher";
+  FakeMpiLaunch launch(2, 1);
+  if (!launched_under_mpi()) GTEST_SKIP() << "built without MPI";
+  const RankLaunch l = plan_launch(Device::kCpu, 0);
+  EXPECT_EQ(l.world_size, 2);
+  EXPECT_TRUE(l.per_process);
+  EXPECT_EQ(l.process_rank, 1);
+  EXPECT_EQ(plan_launch(Device::kCpu, 2).world_size, 2);
+  try {
+    plan_launch(Device::kCpu, 4);
+    ADD_FAILURE() << "--tp 4 under a launch of 2 processes was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--tp 4"));
+    EXPECT_THAT(e.what(), HasSubstr("mpirun started 2"));
+  }
+}
+
+}  // namespace
+}  // namespace kimirt::runtime
