@@ -22,10 +22,11 @@
 #include "kimirt/base/thread_pool.h"
 #include "kimirt/base/timer.h"
 #include "kimirt/cli/command.h"
+#include "kimirt/cli/default_model.h"
+#include "kimirt/cli/model_files.h"
 #include "kimirt/comm/comm.h"
 #include "kimirt/io/safetensors_writer.h"
 #include "kimirt/model/loader.h"
-#include "kimirt/model/tiny_checkpoint.h"
 #include "kimirt/runtime/backend_factory.h"
 #include "kimirt/runtime/parallel_config.h"
 #include "kimirt/runtime/parallel_engine.h"
@@ -53,74 +54,6 @@ struct RunOptions {
   bool attention_dp = false;
   std::string moe_comm = "direct";
 };
-
-// $XDG_CACHE_HOME/kimirt/default-k3, else ~/.cache/kimirt/default-k3.
-fs::path default_model_dir() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return fs::path(xdg) / "kimirt" / "default-k3";
-  const char* home = std::getenv("HOME");
-  KIMIRT_CHECK(home && *home, "neither XDG_CACHE_HOME nor HOME is set: pass the model directory with -m");
-  return fs::path(home) / ".cache" / "kimirt" / "default-k3";
-}
-
-// The embedded default model, generated on first use.
-fs::path ensure_default_model() {
-  const fs::path dir = default_model_dir();
-  if (fs::is_regular_file(dir / "config.json")) return dir;
-  fs::create_directories(dir.parent_path());
-  std::fprintf(stderr, "kimirt: generating the default model (a small random Kimi K3) into %s\n", dir.c_str());
-  model::write_tiny_checkpoint(dir, model::tiny_config(model::ModelFamily::kKimiK3));
-  return dir;
-}
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t comma = std::min(text.find(',', pos), text.size());
-    std::string item = text.substr(pos, comma - pos);
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    KIMIRT_CHECK(!item.empty() && end && *end == '\0' && v >= 0 && v <= INT32_MAX,
-                 "--ids: element {} (\"{}\") is not a token id", ids.size(), item);
-    ids.push_back(static_cast<int32_t>(v));
-    pos = comma + 1;
-  }
-  return ids;
-}
-
-// A tokenizer from the model directory when it has one that matches the model's vocabulary.
-std::optional<text::Tokenizer> find_tokenizer(const fs::path& dir, int64_t vocab) {
-  if (!fs::is_regular_file(dir / text::kTiktokenModelFile)) return std::nullopt;
-  auto tokenizer = text::Tokenizer::load(dir);
-  if (tokenizer.vocab_size() != vocab) {
-    log::warn("{}: the tokenizer has {} ids, the model {}; printing ids", dir.string(), tokenizer.vocab_size(), vocab);
-    return std::nullopt;
-  }
-  return tokenizer;
-}
-
-// config.json's eos_token_id, plus those of generation_config.json (an id or a list) when it is there.
-std::vector<int32_t> eos_ids(const fs::path& dir, const model::ModelConfig& config) {
-  std::vector<int32_t> ids;
-  if (config.eos_token_id) ids.push_back(static_cast<int32_t>(*config.eos_token_id));
-  const fs::path path = dir / "generation_config.json";
-  if (!fs::is_regular_file(path)) return ids;
-  std::ifstream in(path);
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  KIMIRT_CHECK(!j.is_discarded(), "{}: not valid JSON", path.string());
-  const auto it = j.find("eos_token_id");
-  if (it == j.end() || it->is_null()) return ids;
-  const auto list = it->is_array() ? *it : nlohmann::json::array({*it});
-  for (const auto& v : list) {
-    KIMIRT_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < config.vocab_size,
-                 "{}: eos_token_id {} is not a token id of the model", path.string(), v.dump());
-    const auto id = static_cast<int32_t>(v.get<int64_t>());
-    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
-  }
-  return ids;
-}
 
 void write_logits(const std::string& path, const std::vector<float>& prompt, const std::vector<float>& steps,
                   int64_t vocab) {

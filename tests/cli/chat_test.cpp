@@ -1,0 +1,56 @@
+// `kimirt chat` driven through its standard input: replies stream after each prompt, /reset and /system
+// are taken, /quit ends with exit code 0; a model without a tokenizer is refused clearly.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code;
+  std::string output;
+};
+
+Result run_shell(const std::string& cmd) {
+  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+const std::string kKimirt = std::string(KIMIRT_BINARY_DIR) + "/bin/kimirt";
+
+TEST(Chat, ConversationCommandsAndQuit) {
+  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-test-model";
+  fs::remove_all(dir);
+  // A tiny K3 with the built-in tokenizer (make-tiny's default).
+  auto made = run_shell(kKimirt + " make-tiny " + dir.string());
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const auto r = run_shell("printf 'hello there\\n/system be brief\\nand again\\n/reset\\n/bogus\\nhi\\n/quit\\n' | " +
+                           kKimirt + " chat -m " + dir.string() + " -n 6 --seed 3 --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(system message set)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(conversation cleared)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(commands: /reset, /system TEXT, /quit)"), std::string::npos) << r.output;
+  // Three user turns, each followed by the next prompt marker.
+  size_t prompts = 0;
+  for (size_t p = r.output.find("> "); p != std::string::npos; p = r.output.find("> ", p + 2)) ++prompts;
+  EXPECT_GE(prompts, 7u) << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(Chat, RefusesAModelWithoutTokenizer) {
+  const auto r = run_shell("printf 'hi\\n' | " + kKimirt + " chat -m " + std::string(KIMIRT_TESTDATA_DIR) + "/k3-tiny");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("tokenizer"), std::string::npos) << r.output;
+}
+
+}  // namespace
