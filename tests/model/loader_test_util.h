@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error_of.h"
 #include "kimirt/io/checkpoint.h"
 #include "kimirt/io/safetensors_writer.h"
 #include "kimirt/model/loader.h"
@@ -198,16 +199,7 @@ class RecordingTarget : public LoadTarget {
   ParamStoreTarget inner_;
 };
 
-// The message of the kimirt::Error fn throws, or "(no error)".
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ::kimirt::test::error_of;
 
 inline std::vector<uint8_t> bytes_of(const Tensor& t) {
   const auto* p = static_cast<const uint8_t*>(t.data());

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error_of.h"
 #include "kimirt/base/error.h"
 #include "kimirt/io/checkpoint.h"
 #include "kimirt/tensor/tensor.h"
@@ -41,15 +42,6 @@ inline std::map<std::string, Tensor> read_checkpoint(const std::string& model) {
   return out;
 }
 
-// The message of the kimirt::Error fn throws, or "(no error)".
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ::kimirt::test::error_of;
 
 }  // namespace kimirt::model::testing

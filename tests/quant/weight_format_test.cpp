@@ -1,3 +1,4 @@
+#include "common/error_of.h"
 #include "kimirt/quant/weight_format.h"
 
 #include <gmock/gmock.h>
@@ -12,14 +13,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ::kimirt::test::error_of;
 
 WeightFormat detect(std::vector<PresentTensor> present) { return detect_weight_format("m.w", present); }
 

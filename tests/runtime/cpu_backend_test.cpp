@@ -1,5 +1,6 @@
 // The CPU backend refuses what it cannot run, with errors that name the parameter, the field or the
 // sequence, and a refused step leaves the caches as they were.
+#include "common/error_of.h"
 #include "kimirt/runtime/cpu_backend.h"
 
 #include <gmock/gmock.h>
@@ -33,15 +34,7 @@ model::ParamStore edited(const model::ParamStore& from, const std::string& skip,
   return out;
 }
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ::kimirt::test::error_of;
 
 TEST(CpuBackend, AMissingParameterIsNamed) {
   const RandomModel m(testing::k3_tiny_config(), 1);

@@ -1,5 +1,6 @@
 // A parallel configuration the engine cannot run is refused before anything is loaded, with a message that
 // names the flag and says what would work; the names of the MoE paths and devices parse both ways.
+#include "common/error_of.h"
 #include "kimirt/runtime/parallel_config.h"
 
 #include <gmock/gmock.h>
@@ -15,15 +16,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ::kimirt::test::error_of;
 
 TEST(ParallelConfig, MappingsPutEpFastestAmongTheRanks) {
   const ParallelConfig pc{4, 2};

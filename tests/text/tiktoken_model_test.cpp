@@ -1,5 +1,6 @@
 // Loading tiktoken.model and tokenizer_config.json: what is accepted, and that every kind of bad input is
 // a kimirt::Error naming the file and the line or field.
+#include "common/error_of.h"
 #include "kimirt/text/tiktoken_model.h"
 
 #include <gmock/gmock.h>
@@ -21,14 +22,7 @@ using ::testing::HasSubstr;
 // Single bytes a..d as ranks 0..3, then "ab" 4 and "abc" 5.
 constexpr const char* kSmallModel = "YQ== 0\nYg== 1\nYw== 2\nZA== 3\nYWI= 4\nYWJj 5\n";
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using ::kimirt::test::error_of;
 
 TEST(Base64, DecodesCanonicalPaddedInput) {
   std::string out;

@@ -13,6 +13,9 @@
 
 namespace kimirt {
 
+// Bytes of `count` elements of `dtype`; throws for a count that is not a whole number of bytes.
+size_t comm_bytes(size_t count, DType dtype);
+
 class Comm {
  public:
   virtual ~Comm() = default;

@@ -89,13 +89,6 @@ class LocalCommGroup {
 
 namespace {
 
-size_t bytes_of(size_t count, DType dtype) {
-  auto bytes = dtype_bytes(dtype, count);
-  KIMIRT_CHECK(bytes.has_value(), "comm: {} elements of {} are not a whole number of bytes", count,
-               dtype_name(dtype));
-  return static_cast<size_t>(*bytes);
-}
-
 // dst[i] = Σ_r srcs[r][offset + i] in rank order.
 void sum_into(DType dtype, const std::vector<const void*>& srcs, size_t offset, size_t count, void* dst) {
   switch (dtype) {
@@ -171,7 +164,7 @@ void LocalComm::barrier() { group_->arrive_and_wait(); }
 
 void LocalComm::all_reduce_sum(void* buf, size_t count, DType dtype, void*) {
   ++num_all_reduces_;
-  const size_t bytes = bytes_of(count, dtype);
+  const size_t bytes = comm_bytes(count, dtype);
   group_->slot(rank_).send = buf;
   barrier();
   std::vector<const void*> srcs;
@@ -184,7 +177,7 @@ void LocalComm::all_reduce_sum(void* buf, size_t count, DType dtype, void*) {
 }
 
 void LocalComm::all_gather(const void* send, void* recv, size_t count, DType dtype, void*) {
-  const size_t bytes = bytes_of(count, dtype);
+  const size_t bytes = comm_bytes(count, dtype);
   group_->slot(rank_).send = send;
   barrier();
   for (int r = 0; r < size(); ++r) {
@@ -198,7 +191,7 @@ void LocalComm::reduce_scatter_sum(const void* send, void* recv, size_t count, D
   barrier();
   std::vector<const void*> srcs;
   for (int r = 0; r < size(); ++r) srcs.push_back(group_->slot(r).send);
-  std::vector<uint8_t> result(bytes_of(count, dtype));
+  std::vector<uint8_t> result(comm_bytes(count, dtype));
   sum_into(dtype, srcs, static_cast<size_t>(rank_) * count, count, result.data());
   barrier();
   if (!result.empty()) std::memcpy(recv, result.data(), result.size());
@@ -223,10 +216,10 @@ void LocalComm::all_to_all_v(const void* send, std::span<const size_t> send_coun
     const size_t count = peer.counts[static_cast<size_t>(rank_)];
     KIMIRT_CHECK(count == recv_counts[r], "comm: rank {} sends {} elements to rank {}, which expects {}", r, count,
                  rank_, recv_counts[r]);
-    const size_t bytes = bytes_of(count, dtype);
+    const size_t bytes = comm_bytes(count, dtype);
     if (bytes) {
-      std::memcpy(static_cast<uint8_t*>(recv) + bytes_of(recv_offset, dtype),
-                  static_cast<const uint8_t*>(peer.send) + bytes_of(send_offset, dtype), bytes);
+      std::memcpy(static_cast<uint8_t*>(recv) + comm_bytes(recv_offset, dtype),
+                  static_cast<const uint8_t*>(peer.send) + comm_bytes(send_offset, dtype), bytes);
     }
     recv_offset += count;
   }
@@ -237,7 +230,7 @@ void LocalComm::broadcast(void* buf, size_t count, DType dtype, int root, void*)
   KIMIRT_CHECK(root >= 0 && root < size(), "comm: broadcast root {} outside a group of {}", root, size());
   group_->slot(rank_).send = buf;
   barrier();
-  if (rank_ != root && count) std::memcpy(buf, group_->slot(root).send, bytes_of(count, dtype));
+  if (rank_ != root && count) std::memcpy(buf, group_->slot(root).send, comm_bytes(count, dtype));
   barrier();
 }
 
