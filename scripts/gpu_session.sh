@@ -5,6 +5,7 @@
 #   scripts/gpu_session.sh                  everything
 #   BENCH_ARGS="--only mla" scripts/gpu_session.sh    a subset of the benchmarks
 #   SKIP_BENCH=1 / SKIP_TESTS=1             leave one half out
+#   GTEST_FILTER='Mla*:Wgmma*' scripts/gpu_session.sh   run only these GPU tests (one process, no ctest)
 #
 # The GPU machine lacks the PCRE2 headers that the text layer needs: before the call, run here
 #   ../shared/device/pack-deps.sh libpcre2-dev libpcre2-8-0     (writes .deps/, which is git-ignored)
@@ -49,11 +50,19 @@ fi
 tests_rc=0
 if [[ -z "${SKIP_TESTS:-}" ]]; then
   start=$(date +%s)
-  timeout 240 ctest --test-dir "$BUILD" -L gpu --output-on-failure --output-junit "$OUT/tests.xml" -j1 \
-    >"$OUT/tests.log" 2>&1
-  tests_rc=$?
-  note "tests: rc=$tests_rc in $(( $(date +%s) - start )) s: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1)"
-  grep -E "\(Failed\)|\(Timeout\)|\*\*\*Exception" "$OUT/tests.log" | head -30 | tee -a "$summary"
+  if [[ -n "${GTEST_FILTER:-}" ]]; then
+    (cd "$BUILD" && timeout 240 ./tests/test_cuda --gtest_filter="$GTEST_FILTER" --gtest_output="xml:$OUT/tests.xml") \
+      >"$OUT/tests.log" 2>&1
+    tests_rc=$?
+    note "tests ($GTEST_FILTER): rc=$tests_rc in $(( $(date +%s) - start )) s: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests.log" | tr '\n' ' ')"
+    grep -E "^\[  FAILED  \]|Failure|rel_err|Expected|Which is" "$OUT/tests.log" | head -30 | tee -a "$summary"
+  else
+    timeout 240 ctest --test-dir "$BUILD" -L gpu --output-on-failure --output-junit "$OUT/tests.xml" -j1 \
+      >"$OUT/tests.log" 2>&1
+    tests_rc=$?
+    note "tests: rc=$tests_rc in $(( $(date +%s) - start )) s: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1)"
+    grep -E "\(Failed\)|\(Timeout\)|\*\*\*Exception" "$OUT/tests.log" | head -30 | tee -a "$summary"
+  fi
 fi
 
 bench_rc=0
@@ -67,4 +76,27 @@ if [[ -z "${SKIP_BENCH:-}" ]]; then
   # The table printed last by the benchmark.
   awk '/^suite /{p=1} p' "$OUT/bench.log" | tee -a "$summary"
 fi
+# PROFILE=1: Nsight Compute on one launch of each kernel under study (ncu.txt), and the MLA kernel's
+# tensor-core / barrier instructions from its SASS. Launch indices follow the benchmarks' order with --quick
+# (3 warm-up calls, then 5 samples).
+if [[ -n "${PROFILE:-}" ]]; then
+  start=$(date +%s)
+  BENCH="$BUILD/bench/kimirt-bench-cuda"
+  NCU=(ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis
+       --section LaunchStats --section Occupancy)
+  {
+    "${NCU[@]}" -k regex:mla_decode_kernel --launch-skip 20 -c 1 "$BENCH" --quick --only mla
+    "${NCU[@]}" -k regex:mla_decode_merge --launch-skip 20 -c 1 "$BENCH" --quick --only mla
+    "${NCU[@]}" -k regex:mla_decode_kernel --launch-skip 92 -c 1 "$BENCH" --quick --only mla
+    "${NCU[@]}" -k regex:attn_res_kernel --launch-skip 4 -c 1 "$BENCH" --quick --only dense
+    "${NCU[@]}" -k regex:rms_norm_kernel --launch-skip 4 -c 1 "$BENCH" --quick --only dense
+    "${NCU[@]}" -k regex:sample_kernel --launch-skip 20 -c 1 "$BENCH" --quick --only sampling
+    echo "== SASS of mla_decode_kernel (tensor-core, barrier and copy instructions)"
+    cuobjdump -sass "$BUILD/src/kimirt/CMakeFiles/kimirt_cuda.dir/cuda/mla_decode.cu.o" |
+      awk '/Function : .*mla_decode_kernel/{p=1} /Function : .*merge/{p=0} p' |
+      grep -nE "HGMMA|WARPGROUP|BAR|SYNCS|UTMALDG|DEPBAR|WARPSYNC" | head -150
+  } >"$OUT/ncu.txt" 2>&1
+  note "profile: $(( $(date +%s) - start )) s (ncu.txt)"
+fi
+
 [[ $tests_rc -eq 0 && $bench_rc -eq 0 ]]

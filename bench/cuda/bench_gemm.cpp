@@ -3,8 +3,11 @@
 // block-scale GEMM against BF16 at M = 4096.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "cuda_bench.h"
 #include "kimirt/cuda/gemm_dispatch.h"
@@ -46,6 +49,7 @@ void gemm_suite(Context& ctx) {
   const int64_t max_k = 12288, max_m = 4096;
   DeviceBuffer x(max_m * max_k * 2);
   fill_uniform(x.as<bf16>(), max_m * max_k, -1, 1, 1, ctx.stream);
+  std::string sweep_report;
 
   for (const Shape& s : kShapes) {
     const uint64_t wbytes = s.n * s.k * 2;
@@ -57,17 +61,43 @@ void gemm_suite(Context& ctx) {
     }
     const size_t esize = s.out == OutType::kF32 ? 4 : 2;
     DeviceBuffer yy(16 * s.n * esize);
+    auto args = [&](int64_t m) {
+      return SkinnyGemmArgs{x.as<bf16>(), s.k, w[0].as<bf16>(), s.k, yy.data(), s.out, s.n, m, s.n, s.k, 0.0f};
+    };
+    auto time_skinny = [&](int64_t m, const SkinnyConfig& cfg) {
+      int c = 0;
+      const SkinnyGemmArgs base = args(m);
+      return time_us(ctx, [&] {
+        SkinnyGemmArgs a = base;
+        a.w = w[c++ % copies].as<bf16>();
+        skinny_gemm(ctx.stream, a, sws.data(), sws.size(), sms, cfg);
+      });
+    };
+    // Every configuration of the skinny kernels at M = 1: the fastest goes into the table for M <= 2.
+    std::string line = fmt::format("  sweep {} M=1:", s.name);
+    double best = INFINITY;
+    SkinnyConfig best_cfg;
+    std::vector<SkinnyConfig> configs;
+    for (int r : {1, 2})
+      for (int sp : {1, 2, 4, 8}) configs.push_back(SkinnyConfig{SkinnyConfig::Kernel::kRows, r, sp});
+    configs.push_back(SkinnyConfig{SkinnyConfig::Kernel::kMma, 0, 0});
+    for (const SkinnyConfig& cfg : configs) {
+      const double t = time_skinny(1, cfg);
+      line += fmt::format(" {} {:.2f}", skinny_config_name(cfg), t);
+      if (t < best) best = t, best_cfg = cfg;
+    }
+    const double bytes1 = wbytes + s.k * 2.0 + s.n * static_cast<double>(esize);
+    line += fmt::format(" | best {} ({:.2f} of roofline), automatic {}\n", skinny_config_name(best_cfg),
+                        bytes1 / (kCopyTBps * 1e12) * 1e6 / best, skinny_config_name(skinny_gemm_config(args(1), sms)));
+    fmt::print("{}", line);
+    sweep_report += line;
+
     int max_skinny = 0;
     bool still_winning = true;
     for (int64_t m : {1, 2, 4, 8, 16}) {
+      const SkinnyConfig cfg = m <= 2 ? best_cfg : SkinnyConfig{SkinnyConfig::Kernel::kMma, 0, 0};
+      const double t_skinny = time_skinny(m, cfg);
       int c = 0;
-      const SkinnyGemmArgs base{x.as<bf16>(), s.k, w[0].as<bf16>(), s.k, yy.data(), s.out, s.n, m, s.n, s.k, 0.0f};
-      const double t_skinny = time_us(ctx, [&] {
-        SkinnyGemmArgs a = base;
-        a.w = w[c++ % copies].as<bf16>();
-        skinny_gemm(ctx.stream, a, sws.data(), sws.size(), sms);
-      });
-      c = 0;
       const double t_lt = time_us(ctx, [&] {
         lt.linear_bf16(ctx.stream, x.as<bf16>(), s.k, w[c++ % copies].as<bf16>(), s.k, yy.data(), s.out, s.n, m, s.n,
                        s.k);
@@ -75,7 +105,7 @@ void gemm_suite(Context& ctx) {
       const double bytes = wbytes + m * s.k * 2.0 + m * s.n * static_cast<double>(esize);
       const double flops = 2.0 * m * s.n * s.k;
       ctx.add({"gemm", fmt::format("skinny {} M={}", s.name, m), t_skinny, bytes, flops,
-               fmt::format("cuBLASLt {:.2f} us", t_lt)});
+               fmt::format("{}, cuBLASLt {:.2f} us", skinny_config_name(cfg), t_lt)});
       if (m == 1) ctx.add({"gemm", fmt::format("cuBLASLt {} M=1", s.name), t_lt, bytes, flops, ""});
       // The table keeps the largest M up to which the skinny kernel wins at every measured batch.
       if (still_winning && t_skinny <= t_lt) {
@@ -84,7 +114,40 @@ void gemm_suite(Context& ctx) {
         still_winning = false;
       }
     }
-    table.set(s.n, s.k, max_skinny);
+    table.set(s.n, s.k, max_skinny, best_cfg);
+  }
+  fmt::print("skinny kernel sweep (us per call):\n{}", sweep_report);
+
+  // The per-head MLA absorption products of a decode step (96 heads, strided batches): q_nope·W_UK through
+  // the transposed [heads, 512, 128] layout, and ō·W_UVᵀ from kv_b's value rows.
+  {
+    const int64_t heads = 96;
+    DeviceBuffer wuk(heads * 512 * 128 * 2), kvb(heads * 256 * 512 * 2), q(heads * 192 * 2 * 16),
+        o(heads * 512 * 2 * 16), y(heads * 576 * 2 * 16);
+    fill_uniform(wuk.as<bf16>(), heads * 512 * 128, -0.05f, 0.05f, 31, ctx.stream);
+    fill_uniform(kvb.as<bf16>(), heads * 256 * 512, -0.05f, 0.05f, 32, ctx.stream);
+    fill_uniform(q.as<bf16>(), heads * 192 * 16, -1, 1, 33, ctx.stream);
+    fill_uniform(o.as<bf16>(), heads * 512 * 16, -1, 1, 34, ctx.stream);
+    for (int64_t m : {1, 4}) {
+      SkinnyGemmArgs uk{q.as<bf16>(), heads * 192, wuk.as<bf16>(), 128, y.data(), OutType::kBF16, heads * 576, m, 512,
+                        128,          0.0f};
+      uk.batch = heads, uk.stride_x = 192, uk.stride_w = 512 * 128, uk.stride_y = 576;
+      const double t_uk = time_us(ctx, [&] { skinny_gemm(ctx.stream, uk, sws.data(), sws.size(), sms); });
+      const double t_uk_lt = time_us(ctx, [&] {
+        lt.batched_bf16(ctx.stream, q.as<bf16>(), heads * 192, 192, kvb.as<bf16>(), 512, 256 * 512, false, y.data(),
+                        OutType::kBF16, heads * 576, 576, m, 512, 128, heads);
+      });
+      ctx.add({"gemm", fmt::format("skinny batched W_UK 96x512x128 M={}", m), t_uk,
+               heads * 512 * 128 * 2.0 + m * heads * (128 + 512) * 2.0, 2.0 * m * heads * 512 * 128,
+               fmt::format("cuBLASLt (kv_b layout) {:.2f} us", t_uk_lt)});
+      SkinnyGemmArgs uv{
+          o.as<bf16>(), heads * 512, kvb.as<bf16>() + 128 * 512, 512, y.data(), OutType::kBF16, heads * 128, m, 128,
+          512,          0.0f};
+      uv.batch = heads, uv.stride_x = 512, uv.stride_w = 256 * 512, uv.stride_y = 128;
+      const double t_uv = time_us(ctx, [&] { skinny_gemm(ctx.stream, uv, sws.data(), sws.size(), sms); });
+      ctx.add({"gemm", fmt::format("skinny batched W_UV 96x128x512 M={}", m), t_uv,
+               heads * 128 * 512 * 2.0 + m * heads * (128 + 512) * 2.0, 2.0 * m * heads * 512 * 128, ""});
+    }
   }
   if (!ctx.gemm_table_path.empty()) {
     std::ofstream(ctx.gemm_table_path) << "# measured on " << ctx.device.name << " by kimirt-bench --only gemm\n"
@@ -126,6 +189,9 @@ void gemm_suite(Context& ctx) {
                2.0 * m * n * k, fmt::format("{:.2f}x BF16", t / tq)});
     }
   }
+  // What autotuning chose at the prefill shapes (the decode shapes are listed too), and whether any plan
+  // would have wanted more workspace than the 64 MiB given.
+  fmt::print("cuBLASLt plans:\n{}", lt.plans_text());
 }
 
 const Registrar kRegister("gemm", gemm_suite);

@@ -78,8 +78,8 @@ INSTANTIATE_TEST_SUITE_P(K3AndOdd, NormShapes,
 
 TEST(RmsNormGated, BothInputTypes) {
   KIMIRT_REQUIRE_GPU();
-  for (int64_t hd : {128, 256}) {
-    const int64_t rows = 9, heads = 96 / (hd / 128), width = heads * hd;
+  for (int64_t hd : {128, 256, 512}) {
+    const int64_t rows = 9, heads = 96 / (hd / 128) + 1, width = heads * hd;
     std::vector<float> x = test::random_vec(rows * width, 7, -3, 3), g = test::random_vec(rows * width, 8, -4, 4),
                        w = test::random_vec(hd, 9, 0.5, 1.5);
     std::vector<float> xb = x;

@@ -2,6 +2,9 @@
 // block-scale path, against fp64 dot products of the same bf16 / e4m3 inputs on sampled outputs.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "kimirt/base/error.h"
 #include "kimirt/cuda/gemm_dispatch.h"
 #include "kimirt/cuda/gemm_lt.h"
@@ -83,6 +86,68 @@ INSTANTIATE_TEST_SUITE_P(K3AndOdd, GemmShapes,
                                            std::make_tuple(16, 7168, 12288), std::make_tuple(13, 896, 7168),
                                            std::make_tuple(5, 100, 96), std::make_tuple(64, 2048, 7168),
                                            std::make_tuple(37, 24, 160)));
+
+// The row-streaming kernel under every split it may take (odd N, K split into unequal parts, tokens 1..4,
+// both output types, accumulation) and the automatic choice.
+TEST(Gemm, SkinnyRowsKernelEveryConfig) {
+  KIMIRT_REQUIRE_GPU();
+  const DeviceInfo info = query_device(0);
+  for (auto [m, n, k] :
+       {std::make_tuple<int64_t, int64_t, int64_t>(1, 576, 7168), {2, 77, 7168}, {3, 130, 96}, {4, 33, 2080}}) {
+    Problem p(m, n, k, static_cast<uint32_t>(m + n + k));
+    for (OutType t : {OutType::kBF16, OutType::kF32}) {
+      const size_t esize = t == OutType::kF32 ? 4 : 2;
+      const double tol = t == OutType::kF32 ? 3e-5 : 4e-3;
+      for (int rows : {1, 2}) {
+        for (int splits : {1, 2, 4, 8}) {
+          SkinnyConfig c;
+          c.kernel = SkinnyConfig::Kernel::kRows;
+          c.rows_per_warp = rows;
+          c.splits = splits;
+          DeviceBuffer y = test::poisoned(m * n * esize);
+          const SkinnyGemmArgs a{
+              p.dx.as<__nv_bfloat16>(), k, p.dw.as<__nv_bfloat16>(), k, y.data(), t, n, m, n, k, 0.0f};
+          skinny_gemm(nullptr, a, nullptr, 0, info.sm_count, c);
+          EXPECT_LE(p.error(y_as_float(y, t, m * n), n), tol)
+              << "rows kernel " << test::shape({m, n, k}) << " rows/warp " << rows << " splits " << splits;
+        }
+      }
+      const SkinnyGemmArgs probe{
+          p.dx.as<__nv_bfloat16>(), k, p.dw.as<__nv_bfloat16>(), k, nullptr, t, n, m, n, k, 0.0f};
+      EXPECT_EQ(skinny_gemm_config(probe, info.sm_count).kernel,
+                m <= 2 && k > 2048 ? SkinnyConfig::Kernel::kRows : SkinnyConfig::Kernel::kMma);
+    }
+  }
+  // m > 4 and strided batches take the MMA kernel; forcing the rows kernel there is an error.
+  Problem p(8, 64, 64, 3);
+  DeviceBuffer y(8 * 64 * 2);
+  SkinnyGemmArgs a{
+      p.dx.as<__nv_bfloat16>(), 64, p.dw.as<__nv_bfloat16>(), 64, y.data(), OutType::kBF16, 64, 8, 64, 64, 0.0f};
+  EXPECT_EQ(skinny_gemm_config(a, info.sm_count).kernel, SkinnyConfig::Kernel::kMma);
+  SkinnyConfig rows;
+  rows.kernel = SkinnyConfig::Kernel::kRows;
+  EXPECT_THROW(skinny_gemm(nullptr, a, nullptr, 0, info.sm_count, rows), Error);
+}
+
+// Autotuning keeps one plan per shape and reports it; a plan built inside a graph capture is the heuristic's.
+TEST(Gemm, AutotunedPlansAreReported) {
+  KIMIRT_REQUIRE_GPU();
+  Problem p(64, 1024, 512, 21);
+  DeviceBuffer ws(32 << 20), y = test::poisoned(64 * 1024 * 2);
+  GemmLt lt(ws.data(), ws.size(), GemmLtOptions{true, 16, 0});  // tune even this small shape
+  lt.linear_bf16(nullptr, p.dx.as<__nv_bfloat16>(), 512, p.dw.as<__nv_bfloat16>(), 512, y.data(), OutType::kBF16, 1024,
+                 64, 1024, 512);
+  EXPECT_LE(p.error(y_as_float(y, OutType::kBF16, 64 * 1024), 1024), 4e-3);
+  EXPECT_EQ(lt.cached_plans(), 1u);
+  EXPECT_NE(lt.plans_text().find("m=64 n=1024 k=512"), std::string::npos) << lt.plans_text();
+  EXPECT_NE(lt.plans_text().find("autotuned"), std::string::npos) << lt.plans_text();
+  GemmLt plain(ws.data(), ws.size(), GemmLtOptions{false, 1, 0});
+  DeviceBuffer y2 = test::poisoned(64 * 1024 * 2);
+  plain.linear_bf16(nullptr, p.dx.as<__nv_bfloat16>(), 512, p.dw.as<__nv_bfloat16>(), 512, y2.data(), OutType::kBF16,
+                    1024, 64, 1024, 512);
+  EXPECT_LE(p.error(y_as_float(y2, OutType::kBF16, 64 * 1024), 1024), 4e-3);
+  EXPECT_EQ(plain.plans_text().find("autotuned"), std::string::npos) << plain.plans_text();
+}
 
 TEST(Gemm, AccumulateIntoYAndDispatcher) {
   KIMIRT_REQUIRE_GPU();
@@ -232,6 +297,27 @@ TEST(Gemm, BadArgumentsAreErrors) {
   const SkinnyGemmArgs a{p + 1, 64, p, 64, p, OutType::kBF16, 64, 2, 64, 64, 0.0f};  // misaligned x
   EXPECT_FALSE(skinny_gemm_supported(a));
   EXPECT_THROW(skinny_gemm(nullptr, a, nullptr, 0, 132), Error);
+}
+
+TEST(GemmTable, KernelConfigsRoundTrip) {
+  const GemmTable b = GemmTable::builtin();
+  ASSERT_TRUE(b.config(12288, 7168).has_value());
+  EXPECT_EQ(skinny_config_name(*b.config(12288, 7168)), "rows2x1");
+  EXPECT_EQ(skinny_config_name(*b.config(18432, 1536)), "mma");
+  EXPECT_FALSE(b.config(100, 200).has_value());
+  const auto path = std::filesystem::path(::testing::TempDir()) / "kimirt_gemm_table_configs.txt";
+  std::ofstream(path) << b.to_text();
+  const GemmTable back = GemmTable::load(path.string());
+  EXPECT_EQ(back.to_text(), b.to_text());
+  EXPECT_THROW(parse_skinny_config("rows3x1"), Error);
+  EXPECT_THROW(parse_skinny_config("rows1x3"), Error);
+  std::ofstream(path) << "12288 7168 1 rows9x9\n";
+  try {
+    GemmTable::load(path.string());
+    ADD_FAILURE() << "bad config accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(":1"), std::string::npos) << e.what();
+  }
 }
 
 TEST(GemmTable, LoadsAndRejectsBadLines) {

@@ -185,6 +185,36 @@ TEST(MlaLayer, DecodeStepReplaysFromACudaGraph) {
   EXPECT_EQ(download<uint16_t>(eager.data(), batch * s.hidden), download<uint16_t>(replay.data(), batch * s.hidden));
   KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
   KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+
+  // With the latent and gate branches on a side stream: the same kernels on the same inputs, so the same
+  // bits, eagerly and replayed (the capture forks to the side stream and joins back).
+  Stream side_stream;
+  DeviceBuffer side_ws(32 << 20), side_sws(8 << 20);
+  GemmLt side_lt(side_ws.data(), side_ws.size());
+  Linear side_linear(side_lt, side_sws.data(), side_sws.size(), query_device(0).sm_count);
+  cudaEvent_t ev[3];
+  for (auto& e : ev) KIMIRT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  const MlaSideStream side{side_stream, &side_linear, ev[0], ev[1], ev[2]};
+  DeviceBuffer side_eager = test::poisoned(batch * s.hidden * 2), side_replay = test::poisoned(batch * s.hidden * 2);
+  auto side_step = [&](DeviceBuffer& out) {
+    mla_decode_step(linear, arena, stream, s.gdims(), gw, cache.view(), dx.as<__nv_bfloat16>(), batch, ds.as<int32_t>(),
+                    dl.as<int32_t>(), 91, out.as<__nv_bfloat16>(), false, &side);
+  };
+  side_step(side_eager);
+  stream.synchronize();
+  EXPECT_EQ(download<uint16_t>(side_eager.data(), batch * s.hidden),
+            download<uint16_t>(eager.data(), batch * s.hidden));
+  KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  side_step(side_replay);
+  KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  stream.synchronize();
+  EXPECT_EQ(download<uint16_t>(side_replay.data(), batch * s.hidden),
+            download<uint16_t>(eager.data(), batch * s.hidden));
+  KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+  for (auto& e : ev) KIMIRT_CUDA_CHECK(cudaEventDestroy(e));
 }
 
 }  // namespace

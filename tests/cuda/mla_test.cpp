@@ -76,7 +76,7 @@ TEST(MlaPrefill, VarlenChunkedCausalWithGate) {
 TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
   KIMIRT_REQUIRE_GPU();
   const int page = 64;
-  for (int heads : {96, 16, 7}) {
+  for (int heads : {128, 96, 64, 16, 7}) {
     const std::vector<int32_t> lens = {1, 77, 700, 64};
     const int batch = lens.size();
     const int max_pages = 12;
@@ -122,6 +122,51 @@ TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
       EXPECT_LE(test::rel_err(dl_bf16(out, batch * heads * 512), ref), 1e-2)
           << "decode heads " << heads << " splits " << plan.splits;
     }
+  }
+}
+
+// A long context split over many blocks (chunks that are not multiples of the 48-row tile, 64-row pages
+// scattered) at the head counts of K3 (96) and of K3 under TP 8 (12), against the fp64 reference.
+TEST(MlaDecode, LongContextManySplits) {
+  KIMIRT_REQUIRE_GPU();
+  const int page = 64, len = 9000, pages = (len + page - 1) / page;
+  std::vector<int32_t> table(pages);
+  for (int i = 0; i < pages; ++i) table[i] = (i * 37) % pages;  // a permutation (37 is prime to 141)
+  std::vector<float> cache = test::random_vec(size_t(pages) * page * 576, 15, -2, 2);
+  DeviceBuffer dc = upload(test::to_bf16(cache)), dt = upload(table), dl = upload(std::vector<int32_t>{len});
+  for (int heads : {96, 12}) {
+    std::vector<float> q = test::random_vec(heads * 576, 16 + heads, -0.3f, 0.3f);
+    DeviceBuffer dq = upload(test::to_bf16(q));
+    std::vector<float> ref(heads * 512);
+    for (int h = 0; h < heads; ++h) {
+      std::vector<double> s(len);
+      double mx = -1e300;
+      for (int j = 0; j < len; ++j) {
+        const int64_t row = int64_t(table[j / page]) * page + j % page;
+        double acc = 0;
+        for (int d = 0; d < 576; ++d) acc += double(q[h * 576 + d]) * cache[row * 576 + d];
+        s[j] = acc / std::sqrt(192.0);
+        mx = std::max(mx, s[j]);
+      }
+      double den = 0;
+      for (auto& v : s) den += (v = std::exp(v - mx));
+      std::vector<double> o(512, 0.0);
+      for (int j = 0; j < len; ++j) {
+        const float* c = &cache[(int64_t(table[j / page]) * page + j % page) * 576];
+        for (int d = 0; d < 512; ++d) o[d] += s[j] * c[d];
+      }
+      for (int d = 0; d < 512; ++d) ref[h * 512 + d] = float(o[d] / den);
+    }
+    const MlaDecodePlan plan = plan_mla_decode(1, heads, len, 132);
+    EXPECT_GT(plan.splits, 30) << "heads " << heads;
+    DeviceBuffer ws(plan.workspace_bytes + 16), out = test::poisoned(heads * 512 * 2);
+    MlaDecodeArgs a;
+    a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576, a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
+    a.num_pages = pages;  // the other tests leave it unknown (0)
+    a.block_table = dt.as<int32_t>(), a.ld_block_table = pages, a.seq_lens = dl.as<int32_t>();
+    a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = 1, a.heads = heads;
+    mla_decode(nullptr, a, plan, ws.data());
+    EXPECT_LE(test::rel_err(dl_bf16(out, heads * 512), ref), 1e-2) << "heads " << heads << " splits " << plan.splits;
   }
 }
 

@@ -16,9 +16,15 @@ namespace {
 using test::download;
 using test::upload;
 
-std::vector<int32_t> run(const std::vector<float>& logits, int64_t vocab, const std::vector<SamplingParams>& ps) {
+// With a workspace, small batches split each row over several blocks; without, one block per row.
+std::vector<int32_t> run(const std::vector<float>& logits, int64_t vocab, const std::vector<SamplingParams>& ps,
+                         bool workspace = true) {
   DeviceBuffer dl = upload(logits), dp = upload(ps), ids = test::poisoned(ps.size() * 4);
-  sample(nullptr, dl.as<float>(), vocab, ps.size(), vocab, 0, dp.as<SamplingParams>(), ids.as<int32_t>());
+  const uint64_t ws_bytes = sampling_workspace_bytes(ps.size());
+  DeviceBuffer ws(ws_bytes);
+  init_sampling_workspace(ws.data(), ws_bytes, nullptr);
+  sample(nullptr, dl.as<float>(), vocab, ps.size(), vocab, 0, dp.as<SamplingParams>(), ids.as<int32_t>(), nullptr,
+         workspace ? ws.data() : nullptr, workspace ? ws_bytes : 0);
   return download<int32_t>(ids.data(), ps.size());
 }
 
@@ -77,6 +83,67 @@ TEST(Sampling, DeterministicPerSeedAndStepAndRespectsFilters) {
     distinct.insert(a[i]);
   }
   EXPECT_GT(distinct.size(), 5u) << "sampling is not stuck on one token";
+}
+
+// Rows split over up to 16 blocks pick exactly the tokens of one block per row (integer sums, joined in
+// block order), for every filter; greedy ties across block boundaries go to the lowest id; the workspace
+// is reusable (each call leaves it zeroed).
+TEST(Sampling, BlocksPerRowDoNotChangeTheToken) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 163840;
+  std::vector<SamplingParams> ps;
+  for (int i = 0; i < 12; ++i) {
+    SamplingParams p;
+    p.temperature = i == 0 ? 0.0f : 0.7f + 0.05f * i;
+    p.seed = 1000 + i;
+    p.step = 3 * i;
+    p.top_k = (i % 3 == 1) ? 50 : (i % 3 == 2 ? 2000 : 0);
+    p.top_p = (i % 4 == 1) ? 0.9f : (i % 4 == 2 ? 0.2f : 1.0f);
+    p.min_p = (i % 5 == 3) ? 0.05f : 0.0f;
+    ps.push_back(p);
+  }
+  std::vector<float> rows;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    std::vector<float> r = test::random_vec(vocab, 40 + i, -10, 10);
+    if (i == 0) r[150000] = 20.0f, r[20000] = 20.0f;  // greedy tie across blocks
+    rows.insert(rows.end(), r.begin(), r.end());
+  }
+  const auto single = run(rows, vocab, ps, false);
+  EXPECT_EQ(single[0], 20000);
+  for (int batch : {1, 3, 12}) {
+    std::vector<float> sub(rows.begin(), rows.begin() + batch * vocab);
+    std::vector<SamplingParams> sp(ps.begin(), ps.begin() + batch);
+    const auto multi = run(sub, vocab, sp, true);
+    for (int i = 0; i < batch; ++i) EXPECT_EQ(multi[i], single[i]) << "row " << i << " in a batch of " << batch;
+  }
+  // Twice through one workspace.
+  DeviceBuffer dl = upload(rows), dp = upload(ps), ids = test::poisoned(ps.size() * 4);
+  const uint64_t ws_bytes = sampling_workspace_bytes(ps.size());
+  DeviceBuffer ws(ws_bytes);
+  init_sampling_workspace(ws.data(), ws_bytes, nullptr);
+  for (int rep = 0; rep < 2; ++rep) {
+    sample(nullptr, dl.as<float>(), vocab, ps.size(), vocab, 0, dp.as<SamplingParams>(), ids.as<int32_t>(), nullptr,
+           ws.data(), ws_bytes);
+    EXPECT_EQ(download<int32_t>(ids.data(), ps.size()), single) << "call " << rep;
+  }
+}
+
+// Top-k keeps exactly the k largest (here k = 3 of a 163840-token row split over 16 blocks): every pick is
+// one of them, and all three turn up.
+TEST(Sampling, TopKAcrossBlocksKeepsTheKLargest) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 163840;
+  std::vector<float> l = test::random_vec(vocab, 77, -5, 5);
+  l[5] = 9.0f, l[81920] = 9.1f, l[163839] = 9.2f;
+  std::set<int32_t> seen;
+  for (int step = 0; step < 60; ++step) {
+    SamplingParams p;
+    p.temperature = 1.0f, p.top_k = 3, p.seed = 9, p.step = step;
+    const int32_t id = run(l, vocab, {p})[0];
+    EXPECT_TRUE(id == 5 || id == 81920 || id == 163839) << id;
+    seen.insert(id);
+  }
+  EXPECT_EQ(seen.size(), 3u);
 }
 
 TEST(Sampling, FrequenciesFollowTheSoftmax) {

@@ -22,7 +22,8 @@
 namespace kimirt::cli {
 namespace {
 
-constexpr int64_t kDefaultContext = 131072;  // the default cache: one sequence this long (or the model's max)
+constexpr int64_t kDefaultContext = 131072;  // the default cache: one sequence this long (or the model's
+                                             // max context when that is shorter)
 
 // Bytes of `elements` values of a component as stored: the first dtype of this list the format accepts
 // (so float weights count as BF16; the few fp32 vectors of a checkpoint do not change the total).
@@ -45,7 +46,7 @@ struct ModelNeeds {
 ModelNeeds model_needs(const model::ModelConfig& config, int tp) {
   ModelNeeds n;
   n.tp = tp;
-  n.default_context = config.max_position_embeddings.value_or(kDefaultContext);
+  n.default_context = std::min(config.max_position_embeddings.value_or(kDefaultContext), kDefaultContext);
   try {
     const model::Schema schema(config, model::default_layout(config));
     const model::ParallelMapping mapping = model::ParallelMapping::make(tp, 0);
@@ -80,11 +81,11 @@ std::string needs_text(const ModelNeeds& n) {
   if (!n.error.empty()) return fmt::format("  model/GPU   tp {}: {}\n", n.tp, n.error);
   out += fmt::format("  model/GPU   tp {}: weights {} (stored formats; float weights as BF16)\n", n.tp,
                      format_bytes(n.weight_bytes));
-  out += fmt::format("  cache       MLA latent {} per token, KDA state {} per sequence; default cache ({} tokens, "
-                     "1 sequence) {}\n",
-                     format_bytes(n.mla_bytes_per_token), format_bytes(n.kda_bytes_per_sequence), n.default_context,
-                     format_bytes(n.mla_bytes_per_token * static_cast<uint64_t>(n.default_context) +
-                                  n.kda_bytes_per_sequence));
+  out += fmt::format(
+      "  cache       MLA latent {} per token, KDA state {} per sequence; default cache ({} tokens, "
+      "1 sequence) {}\n",
+      format_bytes(n.mla_bytes_per_token), format_bytes(n.kda_bytes_per_sequence), n.default_context,
+      format_bytes(n.mla_bytes_per_token * static_cast<uint64_t>(n.default_context) + n.kda_bytes_per_sequence));
   return out;
 }
 
@@ -98,7 +99,8 @@ nlohmann::json needs_json(const ModelNeeds& n) {
   j["mla_cache_bytes_per_token"] = n.mla_bytes_per_token;
   j["kda_state_bytes_per_sequence"] = n.kda_bytes_per_sequence;
   j["default_cache_tokens"] = n.default_context;
-  j["default_cache_bytes"] = n.mla_bytes_per_token * static_cast<uint64_t>(n.default_context) + n.kda_bytes_per_sequence;
+  j["default_cache_bytes"] =
+      n.mla_bytes_per_token * static_cast<uint64_t>(n.default_context) + n.kda_bytes_per_sequence;
   return j;
 }
 

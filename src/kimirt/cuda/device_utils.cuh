@@ -74,6 +74,17 @@ __device__ __forceinline__ float sigmoid(float x) {
   return e / (1.0f + e);
 }
 
+// σ(x) with the fast exp and reciprocal (~1e-6 relative): for the bandwidth-bound elementwise kernels,
+// whose bf16 outputs round far coarser. The argument is clamped so the reciprocal never sees infinity.
+__device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.0f, 1.0f + __expf(-fmaxf(x, -80.0f))); }
+
+// tanh on the special-function unit (one instruction; relative error about 2^-11).
+__device__ __forceinline__ float tanh_fast(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Tensor-core D = A·B + D, m16n8k16, bf16 inputs, fp32 accumulators (row.col fragments as in the PTX
 // ISA: a = 4 regs of bf16x2, b = 2 regs, c = 4 floats).
 __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -12,27 +13,58 @@
 namespace kimirt::cuda {
 namespace {
 
-// PROVISIONAL, NOT YET MEASURED: no GPU run has produced a table yet. The rule below comes from a
-// bandwidth model (the skinny kernel reads W once at any M ≤ 16; cuBLASLt's small-M tiles waste most of
-// each MMA and add a split-K reduction), so the default sends M ≤ 8 to the skinny kernel. Replace these
-// rows with the output of `kimirt-bench --only gemm --gemm-table FILE` from an H200 run.
+// Measured on the H200 (1 GPU) by kimirt-bench --only gemm (docs/PERF.md, 2026-11-29): per K3 decode
+// weight, the largest batch for which the fastest skinny kernel beats autotuned cuBLASLt, and that kernel
+// at M <= 2 (MMA kernel above). Shapes not listed take the default and skinny_gemm's own choice.
 constexpr int kBuiltinDefaultMaxM = 8;
 struct BuiltinRow {
   int64_t n, k;
   int max_m;
+  const char* config;
 };
 constexpr BuiltinRow kBuiltinRows[] = {
-    {0, 0, 0},  // placeholder row, ignored
+    {576, 7168, 16, "rows1x4"},    // mla.kv_a_proj_with_mqa
+    {896, 7168, 8, "rows1x2"},     // router (fp32 logits)
+    {1536, 7168, 1, "rows1x2"},    // mla.q_a_proj
+    {3584, 7168, 2, "rows2x1"},    // latent MoE down (hidden -> latent)
+    {7168, 3584, 1, "rows2x2"},    // latent MoE up
+    {7168, 6144, 1, "rows1x1"},    // shared experts down
+    {7168, 12288, 1, "rows1x2"},   // mla.o_proj
+    {12288, 7168, 2, "rows2x1"},   // mla.g_proj, shared experts gate_up
+    {18432, 1536, 8, "mma"},       // mla.q_b_proj
+    {163840, 7168, 1, "rows2x1"},  // lm_head (fp32 logits)
 };
 
 }  // namespace
 
+std::string skinny_config_name(const SkinnyConfig& c) {
+  if (c.kernel == SkinnyConfig::Kernel::kMma) return "mma";
+  if (c.kernel == SkinnyConfig::Kernel::kAuto) return "auto";
+  return fmt::format("rows{}x{}", c.rows_per_warp, c.splits);
+}
+
+SkinnyConfig parse_skinny_config(const std::string& text) {
+  SkinnyConfig c;
+  if (text == "mma") {
+    c.kernel = SkinnyConfig::Kernel::kMma;
+    return c;
+  }
+  if (text == "auto") return c;
+  int rows = 0, splits = 0;
+  char tail = 0;
+  const bool ok = std::sscanf(text.c_str(), "rows%dx%d%c", &rows, &splits, &tail) == 2 && (rows == 1 || rows == 2) &&
+                  (splits == 1 || splits == 2 || splits == 4 || splits == 8);
+  KIMIRT_CHECK(ok, "skinny GEMM config \"{}\": expected \"mma\", \"auto\" or rows{{1,2}}x{{1,2,4,8}}", text);
+  c.kernel = SkinnyConfig::Kernel::kRows;
+  c.rows_per_warp = rows;
+  c.splits = splits;
+  return c;
+}
+
 GemmTable GemmTable::builtin() {
   GemmTable t;
   t.default_max_m_ = kBuiltinDefaultMaxM;
-  for (const BuiltinRow& r : kBuiltinRows) {
-    if (r.n > 0) t.rows_[{r.n, r.k}] = r.max_m;
-  }
+  for (const BuiltinRow& r : kBuiltinRows) t.set(r.n, r.k, r.max_m, parse_skinny_config(r.config));
   return t;
 }
 
@@ -51,13 +83,19 @@ GemmTable GemmTable::load(const std::string& path) {
     std::string n_text, k_text;
     int max_m = 0;
     if (!(s >> n_text)) continue;  // blank or comment
-    KIMIRT_CHECK(static_cast<bool>(s >> k_text >> max_m), "GEMM table {}:{}: expected \"n k max_skinny_m\"", path,
-                 line_no);
-    std::string rest;
-    KIMIRT_CHECK(!(s >> rest), "GEMM table {}:{}: unexpected \"{}\" after three fields", path, line_no, rest);
+    KIMIRT_CHECK(static_cast<bool>(s >> k_text >> max_m), "GEMM table {}:{}: expected \"n k max_skinny_m [config]\"",
+                 path, line_no);
+    std::optional<SkinnyConfig> config;
+    std::string config_text, rest;
+    if (s >> config_text) {
+      config = with_context(fmt::format("GEMM table {}:{}", path, line_no),
+                            [&] { return parse_skinny_config(config_text); });
+    }
+    KIMIRT_CHECK(!(s >> rest), "GEMM table {}:{}: unexpected \"{}\" after four fields", path, line_no, rest);
     KIMIRT_CHECK(max_m >= 0 && max_m <= kSkinnyMaxM, "GEMM table {}:{}: max_skinny_m {} is not in [0, {}]", path,
                  line_no, max_m, kSkinnyMaxM);
     if (n_text == "*" && k_text == "*") {
+      KIMIRT_CHECK(!config, "GEMM table {}:{}: the default row takes no kernel config", path, line_no);
       t.default_max_m_ = max_m;
       continue;
     }
@@ -70,20 +108,29 @@ GemmTable GemmTable::load(const std::string& path) {
     } catch (const std::exception&) {
       fail("GEMM table {}:{}: n \"{}\" and k \"{}\" must be positive integers", path, line_no, n_text, k_text);
     }
-    t.rows_[{n, k}] = max_m;
+    t.set(n, k, max_m, config);
   }
   return t;
 }
 
 int GemmTable::max_skinny_m(int64_t n, int64_t k) const {
   const auto it = rows_.find({n, k});
-  return it == rows_.end() ? default_max_m_ : it->second;
+  return it == rows_.end() ? default_max_m_ : it->second.max_m;
+}
+
+std::optional<SkinnyConfig> GemmTable::config(int64_t n, int64_t k) const {
+  const auto it = rows_.find({n, k});
+  return it == rows_.end() ? std::nullopt : it->second.config;
 }
 
 std::string GemmTable::to_text() const {
-  std::string out = "# n k max_skinny_m   (kimirt GEMM dispatch table)\n";
+  std::string out = "# n k max_skinny_m [config at M <= 2]   (kimirt GEMM dispatch table)\n";
   out += fmt::format("* * {}\n", default_max_m_);
-  for (const auto& [nk, m] : rows_) out += fmt::format("{} {} {}\n", nk.first, nk.second, m);
+  for (const auto& [nk, row] : rows_) {
+    out += fmt::format("{} {} {}", nk.first, nk.second, row.max_m);
+    if (row.config) out += fmt::format(" {}", skinny_config_name(*row.config));
+    out += '\n';
+  }
   return out;
 }
 
@@ -104,7 +151,9 @@ void Linear::operator()(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx
   if (uses_skinny(m, n, k)) {
     const SkinnyGemmArgs a{x, ldx, w, ldw, y, y_type, ldy, m, n, k, beta};
     if (skinny_gemm_supported(a)) {
-      skinny_gemm(stream, a, skinny_workspace_, skinny_workspace_bytes_, sm_count_);
+      SkinnyConfig config;  // automatic
+      if (m <= 2) config = table_.config(n, k).value_or(config);
+      skinny_gemm(stream, a, skinny_workspace_, skinny_workspace_bytes_, sm_count_, config);
       return;
     }
   }

@@ -1,7 +1,8 @@
-// BF16 linear layers: picks, per call shape, the skinny tensor-core kernel (gemv.h) or cuBLASLt
-// (gemm_lt.h) from a table of measured crossover points. `kimirt-bench --only gemm` measures both paths at
-// the model's shapes and writes the table (text, one "n k max_skinny_m" line per shape); load it with
-// GemmTable::load, or paste its C++ rows into kBuiltinRows in gemm_dispatch.cpp.
+// BF16 linear layers: picks, per call shape, the skinny kernels (gemv.h) or cuBLASLt (gemm_lt.h) from a
+// table of measured crossover points. `kimirt-bench --only gemm` measures both paths at the model's shapes
+// and writes the table (text, one "n k max_skinny_m [config]" line per shape, config the fastest skinny
+// kernel at M = 1 and 2, e.g. "rows2x1" or "mma"); load it with GemmTable::load, or copy its rows into
+// kBuiltinRows in gemm_dispatch.cpp.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,11 +10,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "kimirt/cuda/gemm_lt.h"
 #include "kimirt/cuda/gemm_types.h"
+#include "kimirt/cuda/gemv.h"
 
 namespace kimirt::cuda {
 
@@ -27,14 +30,26 @@ class GemmTable {
 
   // Largest M for which the skinny kernel beats cuBLASLt on an [n, k] weight (0: never).
   int max_skinny_m(int64_t n, int64_t k) const;
-  void set(int64_t n, int64_t k, int max_m) { rows_[{n, k}] = max_m; }
+  // The skinny kernel measured fastest on an [n, k] weight at M ≤ 2 (none: skinny_gemm's own choice).
+  std::optional<SkinnyConfig> config(int64_t n, int64_t k) const;
+  void set(int64_t n, int64_t k, int max_m, std::optional<SkinnyConfig> config = std::nullopt) {
+    rows_[{n, k}] = Row{max_m, config};
+  }
   void set_default(int max_m) { default_max_m_ = max_m; }
   std::string to_text() const;
 
  private:
-  std::map<std::pair<int64_t, int64_t>, int> rows_;
+  struct Row {
+    int max_m = 0;
+    std::optional<SkinnyConfig> config;
+  };
+  std::map<std::pair<int64_t, int64_t>, Row> rows_;
   int default_max_m_ = 0;
 };
+
+// "rows2x1" (rows kernel, 2 rows per warp, K in 1 split) or "mma"; parse throws kimirt::Error naming the text.
+std::string skinny_config_name(const SkinnyConfig& c);
+SkinnyConfig parse_skinny_config(const std::string& text);
 
 class Linear {
  public:

@@ -1,12 +1,20 @@
-// cuBLASLt plans: one matmul descriptor, four layouts and the heuristic's algorithm per distinct call
-// shape, built on first use and reused (descriptor creation and the heuristic query cost microseconds,
-// a decode step makes hundreds of GEMM calls).
+// cuBLASLt plans: one matmul descriptor, four layouts and an algorithm per distinct call shape, built on
+// first use and reused (descriptor creation and the heuristic query cost microseconds, a decode step makes
+// hundreds of GEMM calls). With autotuning the first call of a shape times every candidate the heuristic
+// offers (up to GemmLtOptions::max_candidates, 3 runs each after a warm-up, on the call's own operands and
+// stream, synchronizing the host) and keeps the fastest; calls inside a graph capture or with beta = 1 keep
+// the heuristic's first choice, since timing them would be illegal or would accumulate into y.
 #include "kimirt/cuda/gemm_lt.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kimirt/cuda/check.h"
 
@@ -28,6 +36,11 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  uint64_t workspace_needed = 0;
+  int candidates = 0;     // what the heuristic offered
+  int chosen = 0;         // index of the one in use (0: the heuristic's first)
+  float tuned_us = 0.0f;  // its time when autotuned
+  std::string what;
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -51,8 +64,11 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
   return layout;
 }
 
-void choose_algo(cublasLtHandle_t handle, Plan& plan, uint64_t workspace_bytes, const std::array<uint32_t, 4>& align,
-                 const std::string& what) {
+// Up to `max_candidates` algorithms from the heuristic, best guess first. Throws naming the call when it
+// offers none.
+std::vector<cublasLtMatmulHeuristicResult_t> heuristic(cublasLtHandle_t handle, const Plan& plan,
+                                                       uint64_t workspace_bytes, const std::array<uint32_t, 4>& align,
+                                                       int max_candidates, const std::string& what) {
   cublasLtMatmulPreference_t pref = nullptr;
   KIMIRT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   struct PrefGuard {
@@ -68,13 +84,55 @@ void choose_algo(cublasLtHandle_t handle, Plan& plan, uint64_t workspace_bytes, 
   for (int i = 0; i < 4; ++i) {
     KIMIRT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &align[i], sizeof(uint32_t)));
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(1, max_candidates)));
   int found = 0;
-  KIMIRT_CUBLAS_CHECK(
-      cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &found));
-  KIMIRT_CUDA_REQUIRE(found > 0 && result.state == CUBLAS_STATUS_SUCCESS, "cuBLASLt has no algorithm for ", what,
-                      " (workspace ", workspace_bytes, " bytes)");
-  plan.algo = result.algo;
+  KIMIRT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
+                                                     static_cast<int>(results.size()), results.data(), &found));
+  results.resize(static_cast<size_t>(std::max(found, 0)));
+  std::erase_if(results, [](const cublasLtMatmulHeuristicResult_t& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
+  KIMIRT_CUDA_REQUIRE(!results.empty(), "cuBLASLt has no algorithm for ", what, " (workspace ", workspace_bytes,
+                      " bytes)");
+  return results;
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone;
+}
+
+// Picks the plan's algorithm: the heuristic's first, or (autotune) the fastest of its candidates timed on
+// the call's own operands. `run` launches the call with a given algorithm and reports whether cuBLASLt
+// accepted it.
+void choose_algo(Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>& candidates, bool autotune,
+                 cudaStream_t stream, const std::function<bool(const cublasLtMatmulAlgo_t&)>& run) {
+  plan.algo = candidates.front().algo;
+  plan.workspace_needed = candidates.front().workspaceSize;
+  plan.candidates = static_cast<int>(candidates.size());
+  if (!autotune || candidates.size() == 1) return;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  KIMIRT_CUDA_CHECK(cudaEventCreate(&start));
+  KIMIRT_CUDA_CHECK(cudaEventCreate(&stop));
+  float best = INFINITY;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (!run(candidates[i].algo)) continue;  // warm-up; an algorithm cuBLASLt rejects at run time is skipped
+    constexpr int kReps = 3;
+    KIMIRT_CUDA_CHECK(cudaEventRecord(start, stream));
+    bool ok = true;
+    for (int r = 0; r < kReps && ok; ++r) ok = run(candidates[i].algo);
+    KIMIRT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    KIMIRT_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    KIMIRT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (ok && ms < best) {
+      best = ms;
+      plan.algo = candidates[i].algo;
+      plan.workspace_needed = candidates[i].workspaceSize;
+      plan.chosen = static_cast<int>(i);
+      plan.tuned_us = ms * 1000.0f / kReps;
+    }
+  }
+  (void)cudaEventDestroy(start);
+  (void)cudaEventDestroy(stop);
 }
 
 }  // namespace
@@ -83,8 +141,11 @@ struct LtCache {
   std::map<Key, std::unique_ptr<Plan>> plans;
 };
 
-GemmLt::GemmLt(void* workspace, uint64_t workspace_bytes)
-    : workspace_(workspace), workspace_bytes_(workspace ? workspace_bytes : 0), cache_(std::make_unique<LtCache>()) {
+GemmLt::GemmLt(void* workspace, uint64_t workspace_bytes, GemmLtOptions options)
+    : workspace_(workspace),
+      workspace_bytes_(workspace ? workspace_bytes : 0),
+      options_(options),
+      cache_(std::make_unique<LtCache>()) {
   KIMIRT_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
@@ -94,6 +155,17 @@ GemmLt::~GemmLt() {
 }
 
 uint64_t GemmLt::cached_plans() const { return cache_->plans.size(); }
+
+std::string GemmLt::plans_text() const {
+  std::string out;
+  for (const auto& [key, plan] : cache_->plans) {
+    out +=
+        fmt::format("{}: algorithm {} of {}{}, workspace {} of {} bytes\n", plan->what, plan->chosen, plan->candidates,
+                    plan->tuned_us > 0 ? fmt::format(" (autotuned, {:.1f} us)", plan->tuned_us) : std::string(),
+                    plan->workspace_needed, workspace_bytes_);
+  }
+  return out;
+}
 
 namespace {
 
@@ -186,7 +258,20 @@ void GemmLt::run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t s
                           : make_layout(CUDA_R_16BF, n, k, ldw, batch, stride_w);
     plan->b = make_layout(CUDA_R_16BF, k, m, ldx, batch, stride_x);
     plan->d = make_layout(d_type, n, m, ldy, batch, stride_y);
-    choose_algo(handle_, *plan, workspace_bytes_, align, describe_bf16(c));
+    plan->what = describe_bf16(c);
+    const auto candidates =
+        heuristic(handle_, *plan, workspace_bytes_, align, options_.autotune ? options_.max_candidates : 1, plan->what);
+    // Timing runs overwrite y, so only calls that overwrite it anyway (beta = 0) outside a graph capture tune.
+    const double op_bytes = (static_cast<double>(m) * k + static_cast<double>(n) * k) * 2.0 * batch +
+                            static_cast<double>(m) * n * static_cast<double>(y_size) * batch;
+    const bool tune = options_.autotune && beta == 0.0f && op_bytes >= static_cast<double>(options_.min_tune_bytes) &&
+                      !capturing(stream);
+    const float one = 1.0f, zero = 0.0f;
+    Plan& pl = *plan;
+    choose_algo(pl, candidates, tune, stream, [&](const cublasLtMatmulAlgo_t& algo) {
+      return cublasLtMatmul(handle_, pl.desc, &one, w, pl.a, x, pl.b, &zero, y, pl.d, y, pl.d, &algo, workspace_,
+                            workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
+    });
     slot = std::move(plan);
   }
   const float alpha = 1.0f;
@@ -257,7 +342,18 @@ void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_s
     plan->a = make_layout(CUDA_R_8F_E4M3, k, n, k, 1, 0);
     plan->b = make_layout(CUDA_R_8F_E4M3, k, m_pad, k, 1, 0);
     plan->d = make_layout(CUDA_R_16BF, n, m_pad, ldd, 1, 0);
-    choose_algo(handle_, *plan, workspace_bytes_, align, what);
+    plan->what = what;
+    const auto candidates =
+        heuristic(handle_, *plan, workspace_bytes_, align, options_.autotune ? options_.max_candidates : 1, what);
+    const double op_bytes = static_cast<double>(m_pad) * k + static_cast<double>(n) * k + 2.0 * m_pad * n;
+    const bool tune =
+        options_.autotune && op_bytes >= static_cast<double>(options_.min_tune_bytes) && !capturing(stream);
+    const float one = 1.0f, zero = 0.0f;
+    Plan& pl = *plan;
+    choose_algo(pl, candidates, tune, stream, [&](const cublasLtMatmulAlgo_t& algo) {
+      return cublasLtMatmul(handle_, pl.desc, &one, wq, pl.a, xq, pl.b, &zero, d, pl.d, d, pl.d, &algo, workspace_,
+                            workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
+    });
     slot = std::move(plan);
   }
   KIMIRT_CUBLAS_CHECK(

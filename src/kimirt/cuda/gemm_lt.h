@@ -10,8 +10,10 @@
 //                  W scales: [ceil(N/128)][round_up(ceil(K/128), 4)], K-block index fastest.
 //                quantize_fp8.h writes both.
 //
-// The heuristic's choice (and the descriptors) are cached per shape, strides and pointer alignment. One
-// GemmLt per stream: the workspace is shared by every call made through this object.
+// The algorithm (and the descriptors) are cached per shape, strides and pointer alignment. By default the
+// first call of a shape autotunes: it times the heuristic's candidates on its own operands and keeps the
+// fastest (gemm_lt.cpp says when it does not); warm every shape up before capturing a graph. One GemmLt per
+// stream: the workspace is shared by every call made through this object.
 #pragma once
 
 #include <cublasLt.h>
@@ -20,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kimirt/cuda/gemm_types.h"
 
@@ -27,10 +30,19 @@ namespace kimirt::cuda {
 
 struct LtCache;  // gemm_lt.cpp
 
+struct GemmLtOptions {
+  bool autotune = true;
+  int max_candidates = 16;  // heuristic results considered per shape
+  // Only calls that touch at least this many bytes are timed: smaller operands stay in the 50 MB L2 across
+  // the timing runs, which then favour algorithms that are slower when the weights stream from HBM (as
+  // they do in a decode step); those keep the heuristic's first choice.
+  uint64_t min_tune_bytes = uint64_t{32} << 20;
+};
+
 class GemmLt {
  public:
   // `workspace` (device, from the arena) may be null when workspace_bytes is 0.
-  GemmLt(void* workspace, uint64_t workspace_bytes);
+  GemmLt(void* workspace, uint64_t workspace_bytes, GemmLtOptions options = {});
   ~GemmLt();
   GemmLt(const GemmLt&) = delete;
   GemmLt& operator=(const GemmLt&) = delete;
@@ -54,6 +66,9 @@ class GemmLt {
                   void* d_scratch, uint64_t d_scratch_bytes);
 
   uint64_t cached_plans() const;
+  // One line per cached plan: the call, the algorithm chosen among how many candidates, its time when
+  // autotuned, and the workspace it needs against the one given.
+  std::string plans_text() const;
 
  private:
   void run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t stride_x, const void* w, int64_t ldw,
@@ -63,6 +78,7 @@ class GemmLt {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   uint64_t workspace_bytes_ = 0;
+  GemmLtOptions options_;
   std::unique_ptr<LtCache> cache_;
 };
 

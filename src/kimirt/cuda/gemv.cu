@@ -49,7 +49,10 @@ __device__ __forceinline__ void store_out(void* y, int64_t index, float v, float
   }
 }
 
-template <int NT, typename OutT>
+// WIDE (short rows, K <= 256, e.g. the per-head W_UK absorption): each warp owns its own 16 rows over the
+// whole K range, so a block covers 64 rows and its warps need no reduction; otherwise the 4 warps split K
+// for one 16-row tile (more blocks: better for K = 512, where WIDE left too few warps streaming).
+template <int NT, typename OutT, bool WIDE>
 __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
   constexpr int kCols = 8 * NT;
   __shared__ float red[kWarps][kRows][kCols + 1];
@@ -57,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2;
   const int t = lane & 3;
-  const int row0 = blockIdx.x * kRows;
+  const int row0 = WIDE ? (blockIdx.x * kWarps + warp) * kRows : blockIdx.x * kRows;
   const int64_t entry = blockIdx.z;
   const bf16* x_base = p.x + entry * p.stride_x;
   const bf16* w_base = p.w + entry * p.stride_w;
@@ -82,13 +85,14 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (int kk = k_begin + kChunk * warp; kk < k_end; kk += kChunk * kWarps * kUnroll) {
+  constexpr int kStride = WIDE ? kChunk : kChunk * kWarps;  // between a warp's consecutive chunks
+  for (int kk = k_begin + (WIDE ? 0 : kChunk * warp); kk < k_end; kk += kStride * kUnroll) {
     uint4 wl[kUnroll], wh[kUnroll], xx[kUnroll][NT];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       // Loads are unconditional (from a clamped, valid address) and masked afterwards, so the compiler
       // issues all of them before the first MMA instead of branching around each.
-      const int kc_raw = kk + u * kChunk * kWarps;
+      const int kc_raw = kk + u * kStride;
       const bool in = kc_raw < k_end;
       const int kc = in ? kc_raw : k_begin;
       const uint4 a = detail::ldcs16(w_lo + kc);
@@ -119,14 +123,20 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
     red[warp][g + 8][8 * j + 2 * t + 1] = acc[j][3];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kRows * kCols; idx += kThreads) {
+  // WIDE: warp w's rows are red[w]; otherwise the tile's rows are the sum over the warps.
+  for (int idx = threadIdx.x; idx < (WIDE ? kWarps : 1) * kRows * kCols; idx += kThreads) {
+    const int tile = WIDE ? idx / (kRows * kCols) : 0;
     const int r = idx % kRows;
-    const int tok = idx / kRows;
-    const int row = row0 + r;
+    const int tok = (idx / kRows) % kCols;
+    const int row = (WIDE ? (blockIdx.x * kWarps + tile) * kRows : row0) + r;
     if (row >= p.n || tok >= p.m) continue;
     float s = 0.0f;
+    if (WIDE) {
+      s = red[tile][r][tok];
+    } else {
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) s += red[w][r][tok];
+      for (int w = 0; w < kWarps; ++w) s += red[w][r][tok];
+    }
     if (p.splits == 1) {
       store_out<OutT>(p.y, entry * p.stride_y + static_cast<int64_t>(tok) * p.ldy + row, s, p.beta);
     } else {
@@ -148,13 +158,179 @@ __global__ void skinny_reduce_kernel(const float* __restrict__ partial, int spli
   store_out<OutT>(y, entry * stride_y + static_cast<int64_t>(tok) * ldy + row, s, beta);
 }
 
+// ---- Row-streaming kernel (batch 1, m <= 4): a warp reads whole rows of W, 512 contiguous bytes per load
+// instruction and 8 loads per lane in flight, so HBM sees long sequential bursts instead of the 64-byte
+// pieces of 16 rows that the MMA fragment layout asks for. The dot products are fp32 FMAs (at m <= 4 they
+// cost less than the bytes). K may be split over up to 8 warps of one block (small N), joined in shared
+// memory: one launch, no workspace.
+
+constexpr int kRowsThreads = 256;
+constexpr int kRowsWarps = kRowsThreads / 32;
+
+struct RowsParams {
+  const bf16* x;
+  int64_t ldx;
+  const bf16* w;
+  int64_t ldw;
+  void* y;
+  int64_t ldy;
+  int m, n, k;
+  int splits;       // warps sharing a row group (1, 2, 4, 8)
+  int k_per_split;  // multiple of 8
+  float beta;
+};
+
+template <int NM, int R, typename OutT>
+__global__ void __launch_bounds__(kRowsThreads) gemv_rows_kernel(RowsParams p) {
+  constexpr int U = 8 / R;  // 16-byte loads per row per lane in flight: R * U = 8
+  __shared__ float red[kRowsWarps][R * NM];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int unit = blockIdx.x * kRowsWarps + warp;
+  const int group = unit / p.splits, split = unit % p.splits;
+  const int row0 = group * R;
+  const int kb = split * p.k_per_split;
+  const int ke = min(p.k, kb + p.k_per_split);
+  const bf16* wr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) wr[r] = p.w + static_cast<int64_t>(min(row0 + r, p.n - 1)) * p.ldw;
+  float acc[R][NM];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NM; ++t) acc[r][t] = 0.0f;
+
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int k0 = kb + 8 * lane; k0 < ke; k0 += 256 * U) {
+    uint4 wv[U][R], xv[U][NM];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      // Unconditional loads from a clamped address, masked afterwards: all of them issue before the FMAs.
+      const int kk = k0 + 256 * u;
+      const bool in = kk < ke;
+      const int kc = in ? kk : kb;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint4 v = detail::ldcs16(wr[r] + kc);
+        wv[u][r] = in ? v : zero;
+      }
+#pragma unroll
+      for (int t = 0; t < NM; ++t) {
+        const uint4 v = detail::ldg16(p.x + static_cast<int64_t>(t < p.m ? t : 0) * p.ldx + kc);
+        xv[u][t] = in && t < p.m ? v : zero;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float xf[NM][8];
+#pragma unroll
+      for (int t = 0; t < NM; ++t) detail::unpack8(xv[u][t], xf[t]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float wf[8];
+        detail::unpack8(wv[u][r], wf);
+#pragma unroll
+        for (int t = 0; t < NM; ++t)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[r][t] = fmaf(wf[j], xf[t][j], acc[r][t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NM; ++t) acc[r][t] = detail::warp_sum(acc[r][t]);
+  if (p.splits > 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NM; ++t) red[warp][r * NM + t] = acc[r][t];
+    }
+    __syncthreads();
+    if (split != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NM; ++t) {
+        float s = 0.0f;
+        for (int j = 0; j < p.splits; ++j) s += red[warp + j][r * NM + t];
+        acc[r][t] = s;
+      }
+  }
+  if (group * R >= p.n) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NM; ++t) {
+      // Lane r * NM + t stores one output.
+      if (lane == r * NM + t && row0 + r < p.n && t < p.m) {
+        store_out<OutT>(p.y, static_cast<int64_t>(t) * p.ldy + row0 + r, acc[r][t], p.beta);
+      }
+    }
+}
+
+template <int NM, int R>
+void launch_rows(cudaStream_t stream, const RowsParams& p, OutType y_type, unsigned blocks) {
+  if (y_type == OutType::kF32) {
+    gemv_rows_kernel<NM, R, float><<<blocks, kRowsThreads, 0, stream>>>(p);
+  } else {
+    gemv_rows_kernel<NM, R, bf16><<<blocks, kRowsThreads, 0, stream>>>(p);
+  }
+  KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+// Rows per warp and K splits for shapes the dispatch table does not list, from the H200 sweep of the K3
+// decode shapes (kimirt-bench --only gemm): long rows of wide weights want one warp per 2 rows (enough
+// warps in flight, few reductions); narrow weights want K split so that ~1600 warps stream.
+SkinnyConfig choose_rows_config(int64_t n, int64_t k, int sm_count) {
+  (void)k;
+  SkinnyConfig c;
+  c.kernel = SkinnyConfig::Kernel::kRows;
+  c.splits = 1;
+  if (n >= 8192) {
+    c.rows_per_warp = 2;
+  } else if (n >= 4096) {
+    c.rows_per_warp = 1;
+  } else if (n >= 2048) {
+    c.rows_per_warp = 2;
+  } else {
+    c.rows_per_warp = 1;
+    const int64_t want = static_cast<int64_t>(std::max(sm_count, 1)) * 12;
+    while (n * c.splits < want && c.splits < 8) c.splits *= 2;
+  }
+  return c;
+}
+
+void run_rows(cudaStream_t stream, const SkinnyGemmArgs& a, SkinnyConfig c) {
+  RowsParams p{
+      a.x,      a.ldx, a.w,   a.ldw, a.y, a.ldy, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k),
+      c.splits, 0,     a.beta};
+  p.k_per_split = static_cast<int>((a.k / c.splits + 7) / 8 * 8);
+  const int64_t groups = (a.n + c.rows_per_warp - 1) / c.rows_per_warp;
+  const int64_t warps = groups * c.splits;
+  const unsigned blocks = static_cast<unsigned>((warps + kRowsWarps - 1) / kRowsWarps);
+  const int nm = a.m == 1 ? 1 : (a.m == 2 ? 2 : 4);
+  if (c.rows_per_warp == 1) {
+    if (nm == 1) launch_rows<1, 1>(stream, p, a.y_type, blocks);
+    if (nm == 2) launch_rows<2, 1>(stream, p, a.y_type, blocks);
+    if (nm == 4) launch_rows<4, 1>(stream, p, a.y_type, blocks);
+  } else {
+    if (nm == 1) launch_rows<1, 2>(stream, p, a.y_type, blocks);
+    if (nm == 2) launch_rows<2, 2>(stream, p, a.y_type, blocks);
+    if (nm == 4) launch_rows<4, 2>(stream, p, a.y_type, blocks);
+  }
+}
+
 struct Split {
   int splits;
   int k_per_split;
 };
 
+bool wide_rows(int64_t k) { return k <= 256; }
+
 Split choose_split(int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, uint64_t workspace_bytes) {
-  const int64_t row_blocks = (n + kRows - 1) / kRows * batch;
+  const int64_t rows_per_block = wide_rows(k) ? kRows * kWarps : kRows;
+  const int64_t row_blocks = (n + rows_per_block - 1) / rows_per_block * batch;
   const int64_t target_blocks = static_cast<int64_t>(std::max(sm_count, 1)) * 8;
   int64_t splits = (target_blocks + row_blocks - 1) / row_blocks;
   splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, k / 512));
@@ -165,12 +341,12 @@ Split choose_split(int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count,
   return {static_cast<int>(splits), static_cast<int>(per)};
 }
 
-template <int NT>
+template <int NT, bool WIDE>
 void launch(cudaStream_t stream, const Params& p, OutType y_type, dim3 grid) {
   if (y_type == OutType::kF32) {
-    skinny_kernel<NT, float><<<grid, kThreads, 0, stream>>>(p);
+    skinny_kernel<NT, float, WIDE><<<grid, kThreads, 0, stream>>>(p);
   } else {
-    skinny_kernel<NT, bf16><<<grid, kThreads, 0, stream>>>(p);
+    skinny_kernel<NT, bf16, WIDE><<<grid, kThreads, 0, stream>>>(p);
   }
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
@@ -191,12 +367,35 @@ uint64_t skinny_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_cou
   return s.splits > 1 ? static_cast<uint64_t>(batch * s.splits * m * n) * sizeof(float) : 0;
 }
 
+SkinnyConfig skinny_gemm_config(const SkinnyGemmArgs& a, int sm_count) {
+  // The rows kernel pays fp32 FMAs per token; past 2 tokens (or for short rows) the MMA kernel is faster.
+  if (a.batch == 1 && a.m <= 2 && a.k > 2048) return choose_rows_config(a.n, a.k, sm_count);
+  SkinnyConfig c;
+  c.kernel = SkinnyConfig::Kernel::kMma;
+  return c;
+}
+
 void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, uint64_t workspace_bytes,
                  int sm_count) {
+  skinny_gemm(stream, a, workspace, workspace_bytes, sm_count, SkinnyConfig{});
+}
+
+void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, uint64_t workspace_bytes, int sm_count,
+                 const SkinnyConfig& config) {
   if (a.m == 0) return;
   KIMIRT_CUDA_REQUIRE(skinny_gemm_supported(a), "skinny_gemm: unsupported call m=", a.m, " n=", a.n, " k=", a.k,
                       " ldx=", a.ldx, " ldw=", a.ldw, " ldy=", a.ldy, " beta=", a.beta, " batch=", a.batch,
                       " (needs 1 <= m <= 16, k a multiple of 32, strides multiples of 8, x and w 16-byte aligned)");
+  SkinnyConfig c = config.kernel == SkinnyConfig::Kernel::kAuto ? skinny_gemm_config(a, sm_count) : config;
+  if (c.kernel != SkinnyConfig::Kernel::kMma) {
+    KIMIRT_CUDA_REQUIRE(a.batch == 1 && a.m <= 4 && (c.rows_per_warp == 1 || c.rows_per_warp == 2) &&
+                            (c.splits == 1 || c.splits == 2 || c.splits == 4 || c.splits == 8),
+                        "skinny_gemm: the rows kernel needs batch 1, m <= 4, 1 or 2 rows per warp and 1, 2, 4 or 8 "
+                        "splits (got batch ",
+                        a.batch, ", m ", a.m, ", ", c.rows_per_warp, " rows, ", c.splits, " splits)");
+    run_rows(stream, a, c);
+    return;
+  }
   const Split s = choose_split(a.m, a.n, a.k, a.batch, sm_count, workspace ? workspace_bytes : 0);
   Params p{a.x,
            a.ldx,
@@ -214,12 +413,14 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
            a.stride_x,
            a.stride_w,
            a.stride_y};
-  const dim3 grid(static_cast<unsigned>((a.n + kRows - 1) / kRows), static_cast<unsigned>(s.splits),
+  const bool wide = wide_rows(a.k);
+  const int64_t rows_per_block = wide ? kRows * kWarps : kRows;
+  const dim3 grid(static_cast<unsigned>((a.n + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(s.splits),
                   static_cast<unsigned>(a.batch));
   if (a.m <= 8) {
-    launch<1>(stream, p, a.y_type, grid);
+    wide ? launch<1, true>(stream, p, a.y_type, grid) : launch<1, false>(stream, p, a.y_type, grid);
   } else {
-    launch<2>(stream, p, a.y_type, grid);
+    wide ? launch<2, true>(stream, p, a.y_type, grid) : launch<2, false>(stream, p, a.y_type, grid);
   }
   if (s.splits > 1) {
     const int64_t total = a.m * a.n;

@@ -1,7 +1,10 @@
 // Skinny GEMM for decode batches: y[M, N] = x[M, K] · W[N, K]ᵀ with M ≤ 16 and BF16 weights. Reading W
-// once is the whole cost, so the kernel streams W at full bandwidth: each warp owns 16 rows of W and runs
-// them through tensor-core MMAs with the (padded) tokens as the narrow dimension, and the K range is split
-// across warps and, for small N, across blocks (partial sums then reduced by a second tiny kernel).
+// once is the whole cost, so the kernels stream W at full bandwidth:
+//   rows (M ≤ 4, one batch entry; chosen for M ≤ 2): a warp reads whole rows of W, 512 contiguous bytes per
+//     load, fp32 FMAs, K split over the warps of a block when N is small (one launch, no workspace);
+//   mma (otherwise): each warp owns 16 rows of W and runs them through tensor-core MMAs with the (padded)
+//     tokens as the narrow dimension; K is split across warps and, for small N, across blocks (partial sums
+//     then reduced by a second tiny kernel).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,6 +34,15 @@ struct SkinnyGemmArgs {
   int64_t stride_x = 0, stride_w = 0, stride_y = 0;
 };
 
+// Which kernel and split a call uses; skinny_gemm picks it from the shape, the dispatch table (measured)
+// or a benchmark may force one.
+struct SkinnyConfig {
+  enum class Kernel { kAuto, kRows, kMma };
+  Kernel kernel = Kernel::kAuto;
+  int rows_per_warp = 2;  // rows kernel: 1 or 2
+  int splits = 1;         // rows kernel: warps per row group along K (1, 2, 4, 8)
+};
+
 // Whether the skinny kernel can run this call (m ≤ 16, k % 32 == 0, row and batch strides of x and w
 // multiples of 8 elements, x and w 16-byte aligned); the dispatcher falls back to cuBLASLt otherwise.
 bool skinny_gemm_supported(const SkinnyGemmArgs& a);
@@ -41,5 +53,10 @@ uint64_t skinny_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_cou
 // Runs the kernel (throws kimirt::Error naming the field when !skinny_gemm_supported). `workspace` may be
 // null; the split over blocks is then limited to what needs none.
 void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, uint64_t workspace_bytes, int sm_count);
+// The same with the kernel (and its split) forced; the rows kernel needs m ≤ 4 and batch 1.
+void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, uint64_t workspace_bytes, int sm_count,
+                 const SkinnyConfig& config);
+// What skinny_gemm would choose for this call.
+SkinnyConfig skinny_gemm_config(const SkinnyGemmArgs& a, int sm_count);
 
 }  // namespace kimirt::cuda

@@ -16,12 +16,14 @@ void lm_head_logits(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
 
 void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x, int64_t m, int64_t hidden,
                     const __nv_bfloat16* w_shard, const VocabShard& shard, float* logits, int64_t ld_logits,
-                    const SamplingParams* params, int32_t* ids, float* scratch_scores, CrossShard* cross) {
+                    const SamplingParams* params, int32_t* ids, float* scratch_scores, CrossShard* cross,
+                    void* sampling_workspace, uint64_t sampling_workspace_bytes) {
   const bool sharded = shard.size != shard.total;
   KIMIRT_CHECK(!sharded || cross, "lm_head: a vocabulary shard of {} of {} needs a cross-shard step", shard.size,
                shard.total);
   lm_head_logits(linear, stream, x, m, hidden, w_shard, shard, logits, ld_logits);
-  sample(stream, logits, ld_logits, m, shard.size, shard.offset, params, ids, scratch_scores);
+  sample(stream, logits, ld_logits, m, shard.size, shard.offset, params, ids, scratch_scores, sampling_workspace,
+         sampling_workspace_bytes);
   if (sharded) cross->combine(stream, scratch_scores, ids, m);
 }
 

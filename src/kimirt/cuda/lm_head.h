@@ -34,9 +34,10 @@ class CrossShard {
 };
 
 // Logits, per-shard sampling and the cross-shard join; ids [m] on the device. cross may be null when
-// shard covers the whole vocabulary. scratch_scores: [m] fp32 device.
+// shard covers the whole vocabulary. scratch_scores: [m] fp32 device. sampling_workspace: see sample().
 void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x, int64_t m, int64_t hidden,
                     const __nv_bfloat16* w_shard, const VocabShard& shard, float* logits, int64_t ld_logits,
-                    const SamplingParams* params, int32_t* ids, float* scratch_scores, CrossShard* cross);
+                    const SamplingParams* params, int32_t* ids, float* scratch_scores, CrossShard* cross,
+                    void* sampling_workspace = nullptr, uint64_t sampling_workspace_bytes = 0);
 
 }  // namespace kimirt::cuda

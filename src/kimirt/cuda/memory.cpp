@@ -169,6 +169,13 @@ void DeviceArena::reset_persistent() {
   items_.clear();
 }
 
+void DeviceArena::rewind_persistent(uint64_t mark) {
+  KIMIRT_ASSERT(mark <= items_.size());
+  if (mark == items_.size()) return;
+  persistent_used_ = mark > 0 ? items_[mark - 1].offset + items_[mark - 1].bytes : 0;
+  items_.resize(mark);
+}
+
 void* DeviceArena::allocate_step(uint64_t bytes, std::string_view label, uint64_t alignment) {
   KIMIRT_CHECK(valid_alignment(alignment), "device arena: alignment {} for \"{}\" is not a power of two", alignment,
                label);

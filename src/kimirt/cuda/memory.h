@@ -92,6 +92,10 @@ class DeviceArena {
     return static_cast<T*>(allocate_persistent(count * sizeof(T), label));
   }
   void reset_persistent();
+  // Persistent allocations made after persistent_mark() are dropped by rewind_persistent(mark): an
+  // abandoned weight load leaves the caches allocated before it in place.
+  uint64_t persistent_mark() const { return items_.size(); }
+  void rewind_persistent(uint64_t mark);
 
   // Step memory: a stack. mark()/rewind() bracket a scope; reset_step() empties it at the start of a step.
   void* allocate_step(uint64_t bytes, std::string_view label, uint64_t alignment = kArenaAlignment);

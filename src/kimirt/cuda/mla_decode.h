@@ -2,8 +2,9 @@
 // token and head, q_abs = [W_UKᵀ q_nope (512) | q_pe (64)] scores every cached row c = [c_kv (512) |
 // k_pe (64)] as q_abs·c / √192, and the output is the softmax-weighted sum of the c_kv parts (512 per head;
 // W_UV is applied afterwards by a batched GEMM). One KV "head" shared by all query heads, so a block
-// takes up to 64 heads against one 32-row tile of the cache at a time on tensor cores. Long contexts are
-// split across blocks (flash-decoding) and merged by a second kernel.
+// takes up to 64 heads against one 48-row tile of the cache at a time on Hopper tensor cores (wgmma), and
+// each tile is read from HBM once. Long contexts are split across blocks (flash-decoding) and merged by a
+// second kernel.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,6 +23,7 @@ struct MlaDecodeArgs {
   int64_t ld_q = 0;
   const __nv_bfloat16* cache = nullptr;  // [pages, page_size, 576]
   int page_size = 0;                     // a multiple of 32
+  int64_t num_pages = 0;                 // pages in `cache` (0: unknown; only bounds the copies)
   const int32_t* block_table = nullptr;  // device [batch, ld_block_table]: page ids of each sequence
   int64_t ld_block_table = 0;
   const int32_t* seq_lens = nullptr;  // device [batch]: cached rows of each sequence (the current token's
@@ -33,9 +35,11 @@ struct MlaDecodeArgs {
   float scale = 0.0f;  // 0 means 192^-½ (q_nope 128 + q_pe 64)
 };
 
+inline constexpr int kMlaChunkAlign = 16;  // a plan's chunk is a multiple of this
+
 struct MlaDecodePlan {
   int splits = 1;                // context chunks per sequence
-  int chunk = 0;                 // rows per chunk (multiple of 32)
+  int chunk = 0;                 // rows per chunk (multiple of kMlaChunkAlign)
   int head_groups = 1;           // blocks per (sequence, chunk) along heads
   int heads_per_group = 0;       // ≤ 64
   uint64_t workspace_bytes = 0;  // partial outputs when splits > 1

@@ -59,14 +59,35 @@ void finish(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLa
 
 void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& d,
                      const MlaLayerWeights& w, const MlaCacheView& cache, const bf16* x, int64_t batch,
-                     const int32_t* slots, const int32_t* seq_lens, int max_seq_len, bf16* out, bool accumulate) {
+                     const int32_t* slots, const int32_t* seq_lens, int max_seq_len, bf16* out, bool accumulate,
+                     const MlaSideStream* side) {
   check_dims(d, w);
+  if (side) {
+    KIMIRT_CHECK(side->stream && side->linear && side->fork && side->kv_ready && side->gate_ready,
+                 "MLA decode: the side stream needs a stream, its own Linear and three events");
+  }
   if (batch == 0) return;
   const uint64_t mark = arena.mark();
-  bf16* q = project_q(linear, arena, stream, d, w, x, batch);
   bf16* kv_a = arena.step<bf16>(batch * kMlaRow, "mla.kv_a");
-  linear(stream, x, w.kv_a_proj, kv_a, OutType::kBF16, batch, kMlaRow, d.hidden);
-  mla_kv_norm_append(stream, kv_a, kMlaRow, w.kv_a_norm, d.latent_norm_eps, slots, batch, cache.cache, nullptr, 0);
+  bf16* g = d.output_gate ? arena.step<bf16>(batch * d.heads * kV, "mla.gate") : nullptr;
+  // The latent branch (kv_a, its norm, the cache append) and the gate projection depend only on x.
+  auto latent_branch = [&](Linear& lin, cudaStream_t s) {
+    lin(s, x, w.kv_a_proj, kv_a, OutType::kBF16, batch, kMlaRow, d.hidden);
+    mla_kv_norm_append(s, kv_a, kMlaRow, w.kv_a_norm, d.latent_norm_eps, slots, batch, cache.cache, nullptr, 0);
+  };
+  auto gate_branch = [&](Linear& lin, cudaStream_t s) {
+    if (g) lin(s, x, w.g_proj, g, OutType::kBF16, batch, d.heads * kV, d.hidden);
+  };
+  if (side) {
+    KIMIRT_CUDA_CHECK(cudaEventRecord(side->fork, stream));
+    KIMIRT_CUDA_CHECK(cudaStreamWaitEvent(side->stream, side->fork));
+    latent_branch(*side->linear, side->stream);
+    KIMIRT_CUDA_CHECK(cudaEventRecord(side->kv_ready, side->stream));
+    gate_branch(*side->linear, side->stream);
+    KIMIRT_CUDA_CHECK(cudaEventRecord(side->gate_ready, side->stream));
+  }
+  bf16* q = project_q(linear, arena, stream, d, w, x, batch);
+  if (!side) latent_branch(linear, stream);
 
   // q_abs[:, h, :512] = q_nope_h · W_UK_h (W_UK_h = kv_b rows h·256 .. h·256+127, [128, 512]); q_pe copied.
   bf16* q_abs = arena.step<bf16>(batch * d.heads * kMlaRow, "mla.q_abs");
@@ -91,13 +112,20 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   a.block_table = cache.block_table, a.ld_block_table = cache.ld_block_table, a.seq_lens = seq_lens;
   a.out = o_lat, a.ld_out = d.heads * kMlaLatent, a.batch = static_cast<int>(batch),
   a.heads = static_cast<int>(d.heads);
+  if (side) KIMIRT_CUDA_CHECK(cudaStreamWaitEvent(stream, side->kv_ready));
   mla_decode(stream, a, plan, ws);
 
   // o[:, h, :] = ō_h · W_UV_hᵀ (W_UV_h = kv_b rows h·256+128 .. h·256+255, [128, 512]).
   bf16* o = arena.step<bf16>(batch * d.heads * kV, "mla.o");
   linear.batched(stream, o_lat, d.heads * kMlaLatent, kMlaLatent, w.kv_b_proj + kNope * kMlaLatent, kMlaLatent,
                  kKvB * kMlaLatent, o, OutType::kBF16, d.heads * kV, kV, batch, kV, kMlaLatent, d.heads);
-  finish(linear, arena, stream, d, w, x, o, batch, out, accumulate, false);
+  if (side) {
+    KIMIRT_CUDA_CHECK(cudaStreamWaitEvent(stream, side->gate_ready));
+  } else {
+    gate_branch(linear, stream);
+  }
+  if (g) sigmoid_gate_mul(stream, o, d.heads * kV, g, d.heads * kV, batch, d.heads * kV);
+  finish(linear, arena, stream, d, w, x, o, batch, out, accumulate, true);
   arena.rewind(mark);
 }
 

@@ -44,13 +44,25 @@ struct MlaCacheView {
   int64_t ld_block_table = 0;
 };
 
+// A second stream for the decode step: the kv_a projection with the cache append, and the output-gate
+// projection, run on it concurrently with the q path (at batch 1 each of these GEMVs is too short to fill
+// the GPU alone). `linear` must be a Linear of its own (GEMM workspaces belong to one stream); the three
+// events (cudaEventDisableTiming) are the caller's. Works eagerly and under graph capture.
+struct MlaSideStream {
+  cudaStream_t stream = nullptr;
+  Linear* linear = nullptr;
+  cudaEvent_t fork = nullptr;        // main -> side: x is ready
+  cudaEvent_t kv_ready = nullptr;    // side -> main: the new cache rows are written
+  cudaEvent_t gate_ready = nullptr;  // side -> main: the gate projection is done
+};
+
 // Decode: one new token per sequence. x [batch, hidden] (the normed layer input), slots [batch] (device:
 // cache slot of each new token), seq_lens [batch] (device, including the new token), max_seq_len (host
-// bound). out [batch, hidden] (+= when accumulate).
+// bound). out [batch, hidden] (+= when accumulate). side: optional (above).
 void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& dims,
                      const MlaLayerWeights& w, const MlaCacheView& cache, const __nv_bfloat16* x, int64_t batch,
                      const int32_t* slots, const int32_t* seq_lens, int max_seq_len, __nv_bfloat16* out,
-                     bool accumulate = false);
+                     bool accumulate = false, const MlaSideStream* side = nullptr);
 
 // Prefill (chunked): x [Tq_total, hidden] for `batch` sequences with query offsets cu_q and context
 // offsets cu_k (device, [batch + 1]; sequence b's context = its cached rows plus this chunk, all already

@@ -1,7 +1,10 @@
-// RMSNorm kernels: one block per row with the row held in registers (VPT vectors of 8 per thread), and
-// one warp per (row, head) for the gated per-head norm.
+// RMSNorm kernels: one block per row, the row brought into shared memory by a bulk copy, and 16 or 32
+// lanes per (row, head) for the gated per-head norm.
+#include <algorithm>
+
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
+#include "kimirt/cuda/kernel_attr.h"
 #include "kimirt/cuda/rms_norm.h"
 
 namespace kimirt::cuda {
@@ -9,99 +12,115 @@ namespace {
 
 using detail::bf16;
 
-template <int VPT>
-__global__ void rms_norm_kernel(const bf16* __restrict__ x, int64_t ldx, const bf16* __restrict__ res, int64_t ld_res,
-                                bf16* sum_out, int64_t ld_sum, const bf16* __restrict__ w, bf16* out, int64_t ld_out,
-                                int dim, float eps) {
+// One block per row. Thread 0 hands the row (and the residual row) to the bulk-copy engine, which writes
+// it into shared memory: the block's threads never stall issuing loads, and at 14 KiB per K3 row a dozen
+// rows per SM are in flight. Then two passes over shared memory (sum of squares, then normalize).
+constexpr int kNormThreads = 128;
+
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   detail::smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_kernel(const bf16* x, int64_t ldx, const bf16* res, int64_t ld_res, bf16* sum_out, int64_t ld_sum,
+                    const bf16* __restrict__ w, bf16* out, int64_t ld_out, int dim, float eps) {
+  extern __shared__ uint4 row_s[];  // [vectors] x, then [vectors] residual
+  __shared__ __align__(8) uint64_t bar;
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int vectors = dim / 8;
-  float v[VPT][8];
+  const uint32_t bar_addr = detail::smem_addr(&bar);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar_addr) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    const uint32_t bytes = static_cast<uint32_t>(vectors) * 16;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar_addr),
+                 "r"(res ? 2 * bytes : bytes)
+                 : "memory");
+    bulk_load(row_s, x + row * ldx, bytes, bar_addr);
+    if (res) bulk_load(row_s + vectors, res + row * ld_res, bytes, bar_addr);
+  }
+  __syncthreads();
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
+      "@p bra DONE;\nbra WAIT;\nDONE:\n}\n" ::"r"(bar_addr)
+      : "memory");
   float ss = 0.0f;
+  for (int vi = threadIdx.x; vi < vectors; vi += kNormThreads) {
+    float v[8];
+    detail::unpack8(row_s[vi], v);
+    if (res) {
+      float r[8];
+      detail::unpack8(row_s[vectors + vi], r);
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) {
-    const int vi = threadIdx.x + i * blockDim.x;
-    if (vi < vectors) {
-      detail::unpack8(detail::load16(x + row * ldx + vi * 8), v[i]);
-      if (res) {
-        float r[8];
-        detail::unpack8(detail::load16(res + row * ld_res + vi * 8), r);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[i][j] = detail::round_bf16(v[i][j] + r[j]);
-        if (sum_out) detail::store16(sum_out + row * ld_sum + vi * 8, detail::pack8(v[i]));
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) ss += v[i][j] * v[i][j];
+      for (int j = 0; j < 8; ++j) v[j] = detail::round_bf16(v[j] + r[j]);
+      const uint4 packed = detail::pack8(v);
+      row_s[vi] = packed;  // read back by this same thread below
+      if (sum_out) detail::store16(sum_out + row * ld_sum + vi * 8, packed);
     }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss += v[j] * v[j];
   }
   const float total = detail::block_sum(ss, scratch);
   const float rs = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
+  for (int vi = threadIdx.x; vi < vectors; vi += kNormThreads) {
+    float v[8], wf[8], y[8];
+    detail::unpack8(row_s[vi], v);
+    detail::unpack8(detail::ldg16(w + vi * 8), wf);
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) {
-    const int vi = threadIdx.x + i * blockDim.x;
-    if (vi < vectors) {
-      float wf[8], y[8];
-      detail::unpack8(detail::load16(w + vi * 8), wf);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) y[j] = detail::round_bf16(v[i][j] * rs) * wf[j];
-      detail::store16(out + row * ld_out + vi * 8, detail::pack8(y));
-    }
+    for (int j = 0; j < 8; ++j) y[j] = detail::round_bf16(v[j] * rs) * wf[j];
+    detail::store16(out + row * ld_out + vi * 8, detail::pack8(y));
   }
 }
 
-__device__ __forceinline__ void load4(const bf16* p, float (&f)[4]) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-  const float2 a = __bfloat1622float2(h[0]);
-  const float2 b = __bfloat1622float2(h[1]);
-  f[0] = a.x;
-  f[1] = a.y;
-  f[2] = b.x;
-  f[3] = b.y;
-}
-__device__ __forceinline__ void load4(const float* p, float (&f)[4]) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  f[0] = a.x;
-  f[1] = a.y;
-  f[2] = a.z;
-  f[3] = a.w;
+__device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) { detail::unpack8(detail::ldcs16(p), f); }
+__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
+  const float4 a = __ldcs(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldcs(reinterpret_cast<const float4*>(p) + 1);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
-// Lane l holds elements 128·i + 4l .. 4l+3 of its head for i < NV.
-template <int NV, typename InT>
-__global__ void rms_norm_gated_kernel(const InT* __restrict__ x, int64_t ldx, const bf16* __restrict__ gate,
-                                      int64_t ld_gate, const float* __restrict__ w, bf16* out, int64_t ld_out,
-                                      int64_t rows, int heads, float eps) {
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (warp >= rows * heads) return;
-  const int64_t row = warp / heads;
-  const int head = static_cast<int>(warp % heads);
-  constexpr int kHeadDim = 128 * NV;
-  float v[NV][4];
+// Lanes per head L = min(32, HD / 8); lane j of a head holds the 8-value vectors j, j + L, ... (NV of
+// them), so each load is 16 bytes; x, gate and w are all requested before the reduction.
+template <int HD, typename InT>
+__global__ void __launch_bounds__(256)
+    rms_norm_gated_kernel(const InT* x, int64_t ldx, const bf16* __restrict__ gate, int64_t ld_gate,
+                          const float* __restrict__ w, bf16* out, int64_t ld_out, int64_t rows, int heads, float eps) {
+  constexpr int L = HD / 8 < 32 ? HD / 8 : 32;
+  constexpr int NV = HD / 8 / L;
+  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / L;
+  const int j = threadIdx.x % L;
+  const bool valid = item < rows * heads;
+  const int64_t row = valid ? item / heads : 0;
+  const int head = valid ? static_cast<int>(item % heads) : 0;
+  float v[NV][8], g[NV][8];
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < NV; ++i) {
-    load4(x + row * ldx + head * kHeadDim + i * 128 + lane * 4, v[i]);
+    const int c = head * HD + (j + i * L) * 8;
+    load8(x + row * ldx + c, v[i]);
+    load8(gate + row * ld_gate + c, g[i]);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) ss += v[i][j] * v[i][j];
+    for (int e = 0; e < 8; ++e) ss += v[i][e] * v[i][e];
   }
-  ss = detail::warp_sum(ss);
-  const float rs = 1.0f / sqrtf(ss / static_cast<float>(kHeadDim) + eps);
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float rs = 1.0f / sqrtf(ss / static_cast<float>(HD) + eps);
+  if (!valid) return;
 #pragma unroll
   for (int i = 0; i < NV; ++i) {
-    const int c = i * 128 + lane * 4;
-    float g[4];
-    load4(gate + row * ld_gate + head * kHeadDim + c, g);
-    const float4 wv = *reinterpret_cast<const float4*>(w + c);
-    const float wf[4] = {wv.x, wv.y, wv.z, wv.w};
-    __nv_bfloat162 o[2];
-    float y[4];
+    const int c = (j + i * L) * 8;
+    const float4 w0 = __ldg(reinterpret_cast<const float4*>(w + c));
+    const float4 w1 = __ldg(reinterpret_cast<const float4*>(w + c) + 1);
+    const float wf[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+    float y[8];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) y[j] = v[i][j] * rs * wf[j] * detail::sigmoid(g[j]);
-    o[0] = __floats2bfloat162_rn(y[0], y[1]);
-    o[1] = __floats2bfloat162_rn(y[2], y[3]);
-    *reinterpret_cast<uint2*>(out + row * ld_out + head * kHeadDim + c) = *reinterpret_cast<const uint2*>(o);
+    for (int e = 0; e < 8; ++e) y[e] = v[i][e] * rs * wf[e] * detail::sigmoid_fast(g[i][e]);
+    detail::store16(out + row * ld_out + head * HD + c, detail::pack8(y));
   }
 }
 
@@ -127,20 +146,10 @@ void check_rows(const char* op, const void* x, int64_t ldx, const void* res, int
 void launch_rms(cudaStream_t stream, const bf16* x, int64_t ldx, const bf16* res, int64_t ld_res, bf16* sum,
                 int64_t ld_sum, const bf16* w, bf16* out, int64_t ld_out, int64_t rows, int64_t dim, float eps) {
   if (rows == 0) return;
-  const int vectors = static_cast<int>(dim / 8);
-  const int threads = vectors >= 1024 ? 256 : (vectors >= 256 ? 128 : (vectors >= 64 ? 64 : 32));
-  const int vpt = (vectors + threads - 1) / threads;
-  const dim3 grid(static_cast<unsigned>(rows));
-  const int d = static_cast<int>(dim);
-  if (vpt <= 1) {
-    rms_norm_kernel<1><<<grid, threads, 0, stream>>>(x, ldx, res, ld_res, sum, ld_sum, w, out, ld_out, d, eps);
-  } else if (vpt <= 2) {
-    rms_norm_kernel<2><<<grid, threads, 0, stream>>>(x, ldx, res, ld_res, sum, ld_sum, w, out, ld_out, d, eps);
-  } else if (vpt <= 4) {
-    rms_norm_kernel<4><<<grid, threads, 0, stream>>>(x, ldx, res, ld_res, sum, ld_sum, w, out, ld_out, d, eps);
-  } else {
-    rms_norm_kernel<8><<<grid, threads, 0, stream>>>(x, ldx, res, ld_res, sum, ld_sum, w, out, ld_out, d, eps);
-  }
+  const int smem = static_cast<int>(dim / 8 * 16 * (res ? 2 : 1));
+  ensure_dynamic_smem(reinterpret_cast<const void*>(&rms_norm_kernel), 2 * 16384 * 2);
+  rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, smem, stream>>>(x, ldx, res, ld_res, sum, ld_sum, w, out,
+                                                                               ld_out, static_cast<int>(dim), eps);
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 
@@ -159,18 +168,19 @@ void launch_gated(cudaStream_t stream, const InT* x, int64_t ldx, const bf16* ga
                           detail::aligned16(w) && detail::aligned16(out),
                       "rms_norm_gated: pointers must be non-null and 16-byte aligned");
   if (rows == 0) return;
-  const int64_t warps = rows * heads;
+  const int64_t items = rows * heads;
   const int threads = 256;
-  const int64_t blocks = (warps * 32 + threads - 1) / threads;
+  const int64_t lanes = head_dim == 128 ? 16 : 32;
+  const int64_t blocks = (items * lanes + threads - 1) / threads;
   KIMIRT_CUDA_REQUIRE(blocks < (1ll << 31), "rms_norm_gated: too many rows ", rows);
   const unsigned b = static_cast<unsigned>(blocks);
   const int h = static_cast<int>(heads);
   if (head_dim == 128) {
-    rms_norm_gated_kernel<1, InT><<<b, threads, 0, stream>>>(x, ldx, gate, ld_gate, w, out, ld_out, rows, h, eps);
+    rms_norm_gated_kernel<128, InT><<<b, threads, 0, stream>>>(x, ldx, gate, ld_gate, w, out, ld_out, rows, h, eps);
   } else if (head_dim == 256) {
-    rms_norm_gated_kernel<2, InT><<<b, threads, 0, stream>>>(x, ldx, gate, ld_gate, w, out, ld_out, rows, h, eps);
+    rms_norm_gated_kernel<256, InT><<<b, threads, 0, stream>>>(x, ldx, gate, ld_gate, w, out, ld_out, rows, h, eps);
   } else {
-    rms_norm_gated_kernel<4, InT><<<b, threads, 0, stream>>>(x, ldx, gate, ld_gate, w, out, ld_out, rows, h, eps);
+    rms_norm_gated_kernel<512, InT><<<b, threads, 0, stream>>>(x, ldx, gate, ld_gate, w, out, ld_out, rows, h, eps);
   }
   KIMIRT_CUDA_CHECK_LAUNCH();
 }

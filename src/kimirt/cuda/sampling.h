@@ -10,7 +10,8 @@
 //   softmax). The noise of token i is Philox4x32-10 of (seed, step, i): the same request, seed and step
 //   give the same token, whatever the batch.
 // The top-k and top-p thresholds are found by 4-pass radix selection on the float bits (counts for top-k,
-// 2^-32 fixed-point probability mass for top-p, so the sums are exact and order-independent).
+// 2^-32 fixed-point probability mass for top-p, so the sums are exact and order-independent); at small
+// batches up to 16 blocks share a row, each holding its slice in shared memory (sampling.cu).
 //
 // Vocabulary sharding (TP): a row's slice is logits[:, 0 .. vocab) with ids offset by vocab_offset;
 // sample() also returns the winning score, and the Gumbel-max is separable: the cross-shard step keeps
@@ -37,9 +38,17 @@ struct SamplingParams {
 // min_p in [0, 1)).
 void validate(const SamplingParams& p);
 
-// logits [rows, vocab] fp32 (row stride ld); params [rows] on the device; out_ids [rows] int32 (ids +
-// vocab_offset); out_scores [rows] (may be null): the winning z + noise (or the max logit when greedy).
+// Device scratch that lets several blocks share a row (small batches): sampling_workspace_bytes(rows) bytes,
+// zero-filled once before its first use (init_sampling_workspace); every call leaves it zeroed again. One
+// workspace per stream (calls on it must not overlap).
+uint64_t sampling_workspace_bytes(int64_t rows);
+void init_sampling_workspace(void* workspace, uint64_t bytes, cudaStream_t stream);
+
+// logits [rows, vocab] fp32 (row stride ld), rows ≤ 65535; params [rows] on the device; out_ids [rows] int32
+// (ids + vocab_offset); out_scores [rows] (may be null): the winning z + noise (or the max logit when
+// greedy). Without a workspace each row gets one block (same tokens, slower at small batches).
 void sample(cudaStream_t stream, const float* logits, int64_t ld, int64_t rows, int64_t vocab, int64_t vocab_offset,
-            const SamplingParams* params, int32_t* out_ids, float* out_scores = nullptr);
+            const SamplingParams* params, int32_t* out_ids, float* out_scores = nullptr, void* workspace = nullptr,
+            uint64_t workspace_bytes = 0);
 
 }  // namespace kimirt::cuda
