@@ -6,27 +6,15 @@
 #include <filesystem>
 #include <string>
 
+#include "common/run_command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string output;
-};
+kimirt::test::CommandResult run_shell(const std::string& cmd) { return kimirt::test::run_command(cmd); }
 
-Result run_shell(const std::string& cmd) {
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-const std::string kKimirt = std::string(KIMIRT_BINARY_DIR) + "/bin/kimirt";
+const std::string kKimirt = kimirt::test::kimirt_binary();
 
 TEST(Chat, ConversationCommandsAndQuit) {
   const fs::path dir = fs::temp_directory_path() / "kimirt-chat-test-model";
@@ -48,7 +36,7 @@ TEST(Chat, ConversationCommandsAndQuit) {
 }
 
 TEST(Chat, RefusesAModelWithoutTokenizer) {
-  const auto r = run_shell("printf 'hi\\n' | " + kKimirt + " chat -m " + std::string(KIMIRT_TESTDATA_DIR) + "/k3-tiny");
+  const auto r = run_shell("printf 'hi\\n' | " + kKimirt + " chat -m " + kimirt::test::golden_dir("k3-tiny"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("tokenizer"), std::string::npos) << r.output;
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/run_command.h"
 #include "io/safetensors_corpus.h"
 
 namespace kimirt::io {
@@ -24,16 +25,9 @@ TEST_P(InspectCorpus, ExitsOneNamingTheFileAndTheProblem) {
   fs::copy_file(fs::path(KIMIRT_TESTDATA_DIR) / "kl-tiny" / "config.json", dir / "config.json");
   testing::write_file(dir / "model.safetensors", c.bytes);
 
-  const std::string cmd = std::string(KIMIRT_BINARY_DIR) + "/bin/kimirt inspect " + dir.string() + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-  const int status = pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status)) << "kimirt inspect did not exit normally: " << out;
-  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  const auto r = kimirt::test::run_command(kimirt::test::kimirt_binary() + " inspect " + dir.string());
+  const std::string& out = r.output;
+  EXPECT_EQ(r.exit_code, 1) << "kimirt inspect must exit 1 (-1: it crashed): " << out;
   EXPECT_NE(out.find("model.safetensors"), std::string::npos) << out;
   if (!c.mentions.empty()) EXPECT_NE(out.find(c.mentions), std::string::npos) << out;
   if (!c.tensor.empty()) EXPECT_NE(out.find(c.tensor), std::string::npos) << out;

@@ -9,28 +9,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/run_command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string output;
-};
-
-Result run_kimirt(const std::string& args) {
-  const std::string cmd = std::string(KIMIRT_BINARY_DIR) + "/bin/kimirt " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+kimirt::test::CommandResult run_kimirt(const std::string& args) {
+  return kimirt::test::run_command(kimirt::test::kimirt_binary() + " " + args);
 }
 
-std::string golden(const std::string& name) { return std::string(KIMIRT_TESTDATA_DIR) + "/" + name; }
+std::string golden(const std::string& name) { return kimirt::test::golden_dir(name); }
 
 // A writable copy of a golden checkpoint in a fresh temp dir.
 fs::path copy_of(const std::string& name, const std::string& tag) {

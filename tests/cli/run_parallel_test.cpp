@@ -9,38 +9,27 @@
 #include <filesystem>
 #include <string>
 
+#include "common/run_command.h"
+
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code;
-  std::string out;  // stdout, or stdout and stderr together
-};
+using Result = kimirt::test::CommandResult;
+using kimirt::test::run_command;
 
-Result run(const std::string& command, bool with_stderr) {
-  const std::string cmd = command + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string kimirt() { return std::string(KIMIRT_BINARY_DIR) + "/bin/kimirt"; }
-std::string golden(const std::string& name) { return std::string(KIMIRT_TESTDATA_DIR) + "/" + name; }
+Result run(const std::string& command, bool with_stderr) { return run_command(command, with_stderr); }
+std::string kimirt() { return kimirt::test::kimirt_binary(); }
+std::string golden(const std::string& name) { return kimirt::test::golden_dir(name); }
 
 // The ids `kimirt run` prints (stdout) for a fixed prompt, greedy.
 std::string ids(const std::string& model, const std::string& flags, const std::string& launcher = "") {
   const std::string cmd =
       launcher + kimirt() + " run -m " + golden(model) + " --ids 5,17,3,200,41,9 -n 10 --print-ids " + flags;
   const Result r = run(cmd, false);
-  if (r.exit_code != 0) ADD_FAILURE() << cmd << " failed: " << run(cmd, true).out;
-  return r.out;
+  if (r.exit_code != 0) ADD_FAILURE() << cmd << " failed: " << run(cmd, true).output;
+  return r.output;
 }
 
 TEST(RunParallel, ThreadRanksPrintTheIdsOfOneRank) {
@@ -60,21 +49,24 @@ TEST(RunParallel, MpirunProcessesPrintTheIdsOfOneRank) {
   GTEST_SKIP() << "no MPI launcher in this build";
 #else
   if (!std::filesystem::exists(KIMIRT_MPIEXEC)) GTEST_SKIP() << KIMIRT_MPIEXEC << " is absent";
-  const std::string mpirun = std::string(KIMIRT_MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 ";
+  // The -x variables only matter in ASan builds (OpenMPI's allocations live until exit: tests/lsan.supp).
+  const std::string mpirun = std::string(KIMIRT_MPIEXEC) +
+                             " --allow-run-as-root --oversubscribe -x ASAN_OPTIONS=fast_unwind_on_malloc=0"
+                             " -x LSAN_OPTIONS=suppressions=" KIMIRT_LSAN_SUPPRESSIONS " -np 2 ";
   const std::string one = ids("kl-tiny", "");
   EXPECT_EQ(ids("kl-tiny", "", mpirun), one) << "every process is one rank, only rank 0 prints";
   EXPECT_EQ(ids("kl-tiny", "--tp 2 --ep 2 --attention-dp", mpirun), one);
   const Result mismatch = run(mpirun + kimirt() + " run -m " + golden("kl-tiny") + " --ids 1 --tp 4", true);
   EXPECT_NE(mismatch.exit_code, 0);
-  EXPECT_THAT(mismatch.out, HasSubstr("--tp 4: under mpirun every process is one rank, and mpirun started 2"));
+  EXPECT_THAT(mismatch.output, HasSubstr("--tp 4: under mpirun every process is one rank, and mpirun started 2"));
 #endif
 }
 
 TEST(RunParallel, WhatCannotRunIsRefusedWithTheReason) {
   auto refused = [](const std::string& model, const std::string& flags) {
     const Result r = run(kimirt() + " run -m " + golden(model) + " --ids 1 -n 2 " + flags, true);
-    EXPECT_EQ(r.exit_code, 1) << flags << ": " << r.out;
-    return r.out;
+    EXPECT_EQ(r.exit_code, 1) << flags << ": " << r.output;
+    return r.output;
   };
   EXPECT_THAT(refused("kl-tiny", "--device cuda"), AllOf(HasSubstr("--device cuda"), HasSubstr("not implemented yet")));
   EXPECT_THAT(refused("kl-tiny", "--tp 3"), HasSubstr("does not divide the KDA heads (4)"));
