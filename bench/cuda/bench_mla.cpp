@@ -1,10 +1,13 @@
-// MLA: absorbed decode attention over the paged cache at 4k / 32k / 128k context (bandwidth roofline:
-// the cache rows read once; compute roofline: 2·heads·(576 + 512) flop per row), prefill attention of a
-// 4096-token sequence, and one whole MLA layer decode step (batch 1, context 32k, all projections)
-// against its bytes-moved roofline.
+// MLA: absorbed decode attention over the paged cache at 4k / 32k / 64k / 128k context, both kernels
+// (bandwidth roofline: the cache rows read once; compute roofline: 2·heads·(576 + 512) flop per row), prefill attention
+// of a 4096-token sequence, and one whole MLA layer decode step (batch 1, context 32k, all projections) against its
+// bytes-moved roofline.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <vector>
 
 #include "cuda_bench.h"
 #include "kimirt/cuda/check.h"
@@ -24,15 +27,21 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kPage = 64;
 
+// The sequences' page table (pages interleaved across sequences, as a long-running server's allocator
+// would leave them) and `copies` caches of identical layout and random contents: the timed calls rotate
+// over the copies, so that a context smaller than the L2 is not served from it on the next call (a decode
+// step reads every other layer's weights in between).
 struct PagedCache {
-  DeviceBuffer cache, table, lens;
+  std::vector<DeviceBuffer> caches;
+  DeviceBuffer table, lens;
   int pages_per_seq;
-  PagedCache(cudaStream_t s, int batch, int ctx) {
+  PagedCache(cudaStream_t s, int batch, int ctx, int copies = 1) {
     pages_per_seq = (ctx + kPage - 1) / kPage;
     const int64_t pages = static_cast<int64_t>(batch) * pages_per_seq;
-    cache = DeviceBuffer(pages * kPage * kMlaRow * 2);
-    fill_uniform(cache.as<bf16>(), pages * kPage * kMlaRow, -1, 1, 77, s);
-    // Interleave the sequences' pages, as a long-running server's allocator would.
+    for (int c = 0; c < copies; ++c) {
+      caches.emplace_back(pages * kPage * kMlaRow * 2);
+      fill_uniform(caches.back().as<bf16>(), pages * kPage * kMlaRow, -1, 1, 77 + c, s);
+    }
     std::vector<int32_t> t(pages);
     for (int b = 0; b < batch; ++b)
       for (int p = 0; p < pages_per_seq; ++p) t[b * pages_per_seq + p] = p * batch + b;
@@ -42,6 +51,7 @@ struct PagedCache {
     lens = DeviceBuffer(batch * 4);
     KIMIRT_CUDA_CHECK(cudaMemcpy(lens.data(), l.data(), batch * 4, cudaMemcpyHostToDevice));
   }
+  bf16* cache(int i = 0) const { return caches[i % caches.size()].as<bf16>(); }
 };
 
 struct DecodeCase {
@@ -52,42 +62,63 @@ void mla_suite(Context& ctx) {
   const int heads = 96;
   // K3 has 96 heads; under TP 8 a GPU holds 12 of them (and 16 under TP 6): the same cache bytes, an
   // eighth of the arithmetic, so the kernel is memory-bound there.
-  const DecodeCase cases[] = {{1, 4096, 96},  {1, 32768, 96},  {1, 131072, 96}, {8, 32768, 96}, {64, 4096, 96},
-                              {1, 32768, 12}, {1, 131072, 12}, {8, 32768, 12},  {1, 32768, 16}};
+  // {128, 256, 12} reads the bytes of {1, 32768, 12} with the same number of blocks but unsplit: the
+  // difference is what the split costs (the merge kernel and its launch).
+  const DecodeCase cases[] = {{1, 4096, 96},  {1, 32768, 96}, {1, 131072, 96}, {8, 32768, 96}, {64, 4096, 96},
+                              {1, 32768, 12}, {1, 65536, 12}, {1, 131072, 12}, {8, 32768, 12}, {128, 256, 12},
+                              {1, 32768, 16}, {4, 65536, 16}, {1, 32768, 24},  {1, 32768, 32}};
+  constexpr double kRotateBytes = 256e6;  // several times the 50-60 MB L2
   for (const auto [batch, seq, nh] : cases) {
-    PagedCache pc(ctx.stream, batch, seq);
+    const double cache_bytes = static_cast<double>(batch) * ((seq + kPage - 1) / kPage) * kPage * kMlaRow * 2;
+    const int copies = static_cast<int>(std::clamp(std::ceil(kRotateBytes / cache_bytes), 1.0, 64.0));
+    const int calls = std::max(copies, 6);  // per graph: the graph launch's own latency amortized
+    PagedCache pc(ctx.stream, batch, seq, copies);
     DeviceBuffer q(static_cast<int64_t>(batch) * nh * kMlaRow * 2), out(static_cast<int64_t>(batch) * nh * 512 * 2);
     fill_uniform(q.as<bf16>(), batch * nh * kMlaRow, -0.3f, 0.3f, 5, ctx.stream);
-    const MlaDecodePlan plan = plan_mla_decode(batch, nh, seq, ctx.device.sm_count);
-    DeviceBuffer ws(plan.workspace_bytes + 16);
-    MlaDecodeArgs a;
-    a.q = q.as<bf16>(), a.ld_q = nh * kMlaRow, a.cache = pc.cache.as<bf16>(), a.page_size = kPage;
-    a.block_table = pc.table.as<int32_t>(), a.ld_block_table = pc.pages_per_seq, a.seq_lens = pc.lens.as<int32_t>();
-    a.out = out.as<bf16>(), a.ld_out = nh * 512, a.batch = batch, a.heads = nh;
-    // Timed as a CUDA graph of 3 calls (as a decode step runs it): device time, without the host's launch
-    // overhead, which would otherwise exceed the kernel at short contexts.
-    mla_decode(ctx.stream, a, plan, ws.data());  // set-up (kernel attributes, tensor maps) outside the capture
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-    for (int r = 0; r < 3; ++r) mla_decode(ctx.stream, a, plan, ws.data());
-    KIMIRT_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
-    KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    const double us = time_us(
-                          ctx, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream)); }, 1) /
-                      3.0;
-    KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
-    const double rows = static_cast<double>(batch) * seq;
-    Result r{"mla",
-             fmt::format("decode attn B={} ctx={} heads={}", batch, seq, nh),
-             us,
-             rows * kMlaRow * 2 + batch * nh * (kMlaRow + 512) * 2.0,
-             rows * nh * 2.0 * (kMlaRow + 512),
-             fmt::format("splits {} x {} head groups, bandwidth-only ratio {:.2f}, {:.0f} TFLOP/s", plan.splits,
-                         plan.head_groups, rows * kMlaRow * 2 / (kCopyTBps * 1e12) * 1e6 / us,
-                         rows * nh * 2.0 * (kMlaRow + 512) / us * 1e-6)};
-    ctx.add(r);
+    // The plan's own choice first, then the other kernel for comparison.
+    const MlaDecodePlan chosen = plan_mla_decode(batch, nh, seq, ctx.device.sm_count);
+    const MlaDecodeKernel other =
+        chosen.kernel == MlaDecodeKernel::kMma16 ? MlaDecodeKernel::kWgmma64 : MlaDecodeKernel::kMma16;
+    for (const MlaDecodePlan& plan : {chosen, plan_mla_decode(batch, nh, seq, ctx.device.sm_count, other)}) {
+      DeviceBuffer ws(plan.workspace_bytes + 16);
+      MlaDecodeArgs a;
+      a.q = q.as<bf16>(), a.ld_q = nh * kMlaRow, a.cache = pc.cache(), a.page_size = kPage;
+      a.block_table = pc.table.as<int32_t>(), a.ld_block_table = pc.pages_per_seq, a.seq_lens = pc.lens.as<int32_t>();
+      a.out = out.as<bf16>(), a.ld_out = nh * 512, a.batch = batch, a.heads = nh;
+      // Timed as a CUDA graph of `calls` calls (as a decode step runs it): device time, without the host's
+      // launch overhead, which would otherwise exceed the kernel at short contexts.
+      for (int c = 0; c < copies; ++c) {  // set-up (kernel attributes, tensor maps) outside the capture
+        a.cache = pc.cache(c);
+        mla_decode(ctx.stream, a, plan, ws.data());
+      }
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+      for (int r = 0; r < calls; ++r) {
+        a.cache = pc.cache(r);
+        mla_decode(ctx.stream, a, plan, ws.data());
+      }
+      KIMIRT_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
+      KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      const double us = time_us(
+                            ctx, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream)); }, 4) /
+                        calls;
+      KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+      const double rows = static_cast<double>(batch) * seq;
+      const bool is_chosen = plan.kernel == chosen.kernel;
+      Result r{"mla",
+               fmt::format("decode attn B={} ctx={} heads={}{}", batch, seq, nh,
+                           is_chosen ? "" : fmt::format(" [{}, not chosen]", mla_decode_kernel_name(plan.kernel))),
+               us,
+               rows * kMlaRow * 2 + batch * nh * (kMlaRow + 512) * 2.0,
+               rows * nh * 2.0 * (kMlaRow + 512),
+               fmt::format("{} {} splits x {} head groups, bandwidth-only ratio {:.2f}, {:.0f} TFLOP/s, {} caches",
+                           mla_decode_kernel_name(plan.kernel), plan.splits, plan.head_groups,
+                           rows * kMlaRow * 2 / (kCopyTBps * 1e12) * 1e6 / us,
+                           rows * nh * 2.0 * (kMlaRow + 512) / us * 1e-6, copies)};
+      ctx.add(r);
+    }
   }
 
   // Prefill attention: one 4096-token sequence, 96 heads (keys expanded: k_nope|v per head, k_pe shared).
@@ -141,7 +172,7 @@ void mla_suite(Context& ctx) {
     DeviceBuffer ws(64 << 20), sws(16 << 20);
     GemmLt lt(ws.data(), ws.size());
     Linear linear(lt, sws.data(), sws.size(), ctx.device.sm_count);
-    const MlaCacheView view{pc.cache.as<bf16>(), kPage, pc.table.as<int32_t>(), pc.pages_per_seq};
+    const MlaCacheView view{pc.cache(), kPage, pc.table.as<int32_t>(), pc.pages_per_seq};
     const double weights =
         (1536.0 * H + heads * 192.0 * 1536 + 576.0 * H + heads * 256.0 * 512 + heads * 128.0 * H * 2) * 2;
     const double cache = ctx_len * kMlaRow * 2.0;

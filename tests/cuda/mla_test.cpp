@@ -2,7 +2,9 @@
 // P·V product plus bf16 output → ≤ 1e-2 (typically ~3e-3).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "kimirt/base/error.h"
 #include "kimirt/cuda/mla_cache.h"
@@ -73,21 +75,32 @@ TEST(MlaPrefill, VarlenChunkedCausalWithGate) {
   }
 }
 
+constexpr MlaDecodeKernel kKernels[] = {MlaDecodeKernel::kMma16, MlaDecodeKernel::kWgmma64};
+
+// Both kernels, unsplit and split, at head counts that fill their head groups exactly (128, 64, 16), leave
+// them partly empty (96 = 2 x 48 or 6 x 16, 24 = 2 x 12, 7), over pages scattered in reverse order. The rows
+// past each sequence's end inside its last page hold NaN: a kernel that copies a whole box or tile must not
+// let them into the sums (P = 0 there, but 0 · NaN is NaN).
 TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
   KIMIRT_REQUIRE_GPU();
   const int page = 64;
-  for (int heads : {128, 96, 64, 16, 7}) {
+  for (int heads : {128, 96, 64, 24, 16, 7}) {
     const std::vector<int32_t> lens = {1, 77, 700, 64};
     const int batch = lens.size();
     const int max_pages = 12;
-    // Pages scattered in reverse order to exercise the block table.
     const int num_pages = batch * max_pages;
     std::vector<int32_t> table(batch * max_pages);
     for (int i = 0; i < batch * max_pages; ++i) table[i] = num_pages - 1 - i;
     std::vector<float> cache = test::random_vec(size_t(num_pages) * page * 576, 5, -2, 2);
     std::vector<float> q = test::random_vec(batch * heads * 576, 6, -0.5f, 0.5f);
-    DeviceBuffer dc = upload(test::to_bf16(cache)), dq = upload(test::to_bf16(q)), dt = upload(table),
-                 dl = upload(lens);
+    std::vector<uint16_t> cache_bf16 = test::to_bf16(cache);
+    for (int b = 0; b < batch; ++b) {
+      for (int j = lens[b]; j % page != 0; ++j) {
+        const int64_t row = int64_t(table[b * max_pages + j / page]) * page + j % page;
+        std::fill_n(cache_bf16.begin() + row * 576, 576, uint16_t{0x7FC0});  // NaN
+      }
+    }
+    DeviceBuffer dc = upload(cache_bf16), dq = upload(test::to_bf16(q)), dt = upload(table), dl = upload(lens);
     std::vector<float> ref(batch * heads * 512);
     for (int b = 0; b < batch; ++b)
       for (int h = 0; h < heads; ++h) {
@@ -109,24 +122,29 @@ TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
           ref[(b * heads + h) * 512 + d] = float(o / den);
         }
       }
-    for (int sms : {1, 132, 1000}) {  // 1 SM: no split; more: split-KV with the merge kernel
-      const MlaDecodePlan plan = plan_mla_decode(batch, heads, 700, sms);
-      DeviceBuffer ws(plan.workspace_bytes + 16);
-      DeviceBuffer out = test::poisoned(batch * heads * 512 * 2);
-      MlaDecodeArgs a;
-      a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576;
-      a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
-      a.block_table = dt.as<int32_t>(), a.ld_block_table = max_pages, a.seq_lens = dl.as<int32_t>();
-      a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = batch, a.heads = heads;
-      mla_decode(nullptr, a, plan, ws.data());
-      EXPECT_LE(test::rel_err(dl_bf16(out, batch * heads * 512), ref), 1e-2)
-          << "decode heads " << heads << " splits " << plan.splits;
+    for (MlaDecodeKernel kernel : kKernels) {
+      for (int sms : {1, 132, 1000}) {  // 1 SM: no split; more: split-KV with the merge kernel
+        const MlaDecodePlan plan = plan_mla_decode(batch, heads, 700, sms, kernel);
+        ASSERT_EQ(plan.kernel, kernel);
+        DeviceBuffer ws(plan.workspace_bytes + 16);
+        DeviceBuffer out = test::poisoned(batch * heads * 512 * 2);
+        MlaDecodeArgs a;
+        a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576;
+        a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
+        a.block_table = dt.as<int32_t>(), a.ld_block_table = max_pages, a.seq_lens = dl.as<int32_t>();
+        a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = batch, a.heads = heads;
+        mla_decode(nullptr, a, plan, ws.data());
+        EXPECT_LE(test::rel_err(dl_bf16(out, batch * heads * 512), ref), 1e-2)
+            << mla_decode_kernel_name(kernel) << " heads " << heads << " splits " << plan.splits << " x "
+            << plan.head_groups << " head groups";
+      }
     }
   }
 }
 
-// A long context split over many blocks (chunks that are not multiples of the 48-row tile, 64-row pages
-// scattered) at the head counts of K3 (96) and of K3 under TP 8 (12), against the fp64 reference.
+// A long context split over many blocks (chunks that are not multiples of the wgmma kernel's 48-row tile,
+// 64-row pages scattered) at the head counts of K3 (96) and of K3 under TP 8 (12), both kernels, against
+// the fp64 reference.
 TEST(MlaDecode, LongContextManySplits) {
   KIMIRT_REQUIRE_GPU();
   const int page = 64, len = 9000, pages = (len + page - 1) / page;
@@ -157,16 +175,35 @@ TEST(MlaDecode, LongContextManySplits) {
       }
       for (int d = 0; d < 512; ++d) ref[h * 512 + d] = float(o[d] / den);
     }
-    const MlaDecodePlan plan = plan_mla_decode(1, heads, len, 132);
-    EXPECT_GT(plan.splits, 30) << "heads " << heads;
-    DeviceBuffer ws(plan.workspace_bytes + 16), out = test::poisoned(heads * 512 * 2);
-    MlaDecodeArgs a;
-    a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576, a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
-    a.num_pages = pages;  // the other tests leave it unknown (0)
-    a.block_table = dt.as<int32_t>(), a.ld_block_table = pages, a.seq_lens = dl.as<int32_t>();
-    a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = 1, a.heads = heads;
-    mla_decode(nullptr, a, plan, ws.data());
-    EXPECT_LE(test::rel_err(dl_bf16(out, heads * 512), ref), 1e-2) << "heads " << heads << " splits " << plan.splits;
+    for (MlaDecodeKernel kernel : kKernels) {
+      const MlaDecodePlan plan = plan_mla_decode(1, heads, len, 132, kernel);
+      EXPECT_GT(plan.splits, 20) << mla_decode_kernel_name(kernel) << " heads " << heads;
+      DeviceBuffer ws(plan.workspace_bytes + 16), out = test::poisoned(heads * 512 * 2);
+      MlaDecodeArgs a;
+      a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576, a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
+      a.num_pages = pages;  // the other tests leave it unknown (0)
+      a.block_table = dt.as<int32_t>(), a.ld_block_table = pages, a.seq_lens = dl.as<int32_t>();
+      a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = 1, a.heads = heads;
+      mla_decode(nullptr, a, plan, ws.data());
+      EXPECT_LE(test::rel_err(dl_bf16(out, heads * 512), ref), 1e-2)
+          << mla_decode_kernel_name(kernel) << " heads " << heads << " splits " << plan.splits;
+    }
+  }
+}
+
+// The plan: the memory-bound kernel for few heads per GPU, the wgmma kernel for many; one wave of blocks on
+// the SMs (a few blocks over the SM count would double the time).
+TEST(MlaDecode, PlanPicksKernelAndOneWave) {
+  KIMIRT_REQUIRE_GPU();
+  for (const auto& [batch, heads, ctx] :
+       {std::tuple{1, 12, 32768}, {1, 16, 131072}, {8, 12, 32768}, {1, 96, 32768}, {8, 96, 32768}, {3, 24, 5000}}) {
+    const MlaDecodePlan p = plan_mla_decode(batch, heads, ctx, 132);
+    EXPECT_EQ(p.kernel, heads <= kMlaAutoMma16MaxHeads ? MlaDecodeKernel::kMma16 : MlaDecodeKernel::kWgmma64)
+        << heads << " heads";
+    EXPECT_LE(int64_t{batch} * p.head_groups * p.splits, 132) << batch << " x " << heads << " heads, ctx " << ctx;
+    EXPECT_GE(int64_t{batch} * p.head_groups * p.splits, 92) << batch << " x " << heads << " heads, ctx " << ctx;
+    EXPECT_GE(int64_t{p.splits} * p.chunk, ctx);
+    EXPECT_EQ(p.chunk % kMlaChunkAlign, 0);
   }
 }
 
@@ -223,6 +260,12 @@ TEST(MlaDecode, BadArgumentsAreErrors) {
   a.ld_block_table = 1, a.seq_lens = buf.as<int32_t>(), a.out = buf.as<__nv_bfloat16>(), a.ld_out = 512, a.batch = 1,
   a.heads = 1;
   EXPECT_THROW(mla_decode(nullptr, a, plan_mla_decode(1, 1, 10, 132), nullptr), Error);  // page 48
+  a.page_size = 64;
+  EXPECT_THROW(mla_decode(nullptr, a, MlaDecodePlan{}, nullptr), Error);  // not a plan (kernel kAuto)
+  MlaDecodePlan too_many = plan_mla_decode(1, 32, 10, 132, MlaDecodeKernel::kMma16);
+  too_many.heads_per_group = 32, too_many.head_groups = 1;  // more heads than the kernel's block takes
+  a.heads = 32, a.ld_q = 32 * 576, a.ld_out = 32 * 512;
+  EXPECT_THROW(mla_decode(nullptr, a, too_many, nullptr), Error);
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
-// Absorbed MLA decode attention on Hopper tensor cores (wgmma), split over the context (flash-decoding).
+// Absorbed MLA decode attention, split over the context (flash-decoding): the plan, the launches, the merge
+// of the chunks, and the kernel for many heads per block on Hopper tensor cores (wgmma). The kernel for few
+// heads per block (the memory-bound case) is in mla_decode_mma16.cuh.
 //
-// Why this shape: at batch 1 every query head scores the same cached rows, so the kernel is at the
-// compute/bandwidth ridge (≈ 2·(576 + 512)·heads flop per 1152-byte row). Each block therefore takes up to
-// 64 heads (the wgmma M) against one 48-row tile of the cache at a time, and every tile is read from HBM
-// once for those heads (two head groups of one context chunk run side by side and share it through L2).
+// The wgmma kernel, why this shape: at batch 1 every query head scores the same cached rows, so with many
+// heads the kernel is at the compute/bandwidth ridge (≈ 2·(576 + 512)·heads flop per 1152-byte row). Each
+// block therefore takes up to 64 heads (the wgmma M) against one 48-row tile of the cache at a time, and
+// every tile is read from HBM once for those heads (two head groups of one context chunk run side by side
+// and share it through L2).
 //
 // Block = (head group, context chunk, sequence), two warpgroups. Per tile (double-buffered: one thread
 // issues the next tile's bulk tensor copies (TMA, 16-row boxes of one 64-dim atom each, written with the
@@ -15,22 +18,29 @@
 //   P·V: warpgroup w accumulates O[:, 256w .. 256w + 255] += P · V (m64n256k16, P straight from registers
 //        in the A-fragment layout, V = the tile's first 512 values read MN-major from the same buffer).
 // O (64 x 256 fp32 per warpgroup) stays in registers for the whole chunk; a merge kernel combines chunks.
+// What limits it (H200, 2026-11-29): the per-tile chain (S, exchange, softmax, P·V, two block barriers),
+// about 3.4 µs per 48-row tile, not memory: a 4-stage ring of 32-row tiles (three tiles in flight instead
+// of one) was measured no faster. The next step is the FlashMLA-style split of the two warpgroups over
+// alternate tiles (each with the whole S, no exchange), so that one's softmax hides the other's wgmmas.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <mutex>
 
+#include "kimirt/cuda/async_pipeline.cuh"
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
 #include "kimirt/cuda/kernel_attr.h"
 #include "kimirt/cuda/mla_decode.h"
+#include "kimirt/cuda/mla_decode_mma16.cuh"
 #include "kimirt/cuda/wgmma.cuh"
 
 namespace kimirt::cuda {
 namespace {
 
 using detail::bf16;
+using mla_kernels::MlaKernelParams;
 
 constexpr int kM = 64;                               // head rows per block (wgmma M; unused rows are zeros)
 constexpr int kT = 48;                               // cache rows per tile (wgmma N of the score product)
@@ -53,58 +63,32 @@ constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kMlaRow % 64 == 0 && kT % kBox == 0 && kT <= 256 && kMlaChunkAlign % kBox == 0, "tile shapes");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
 
-struct Params {
-  MlaDecodeArgs a;
-  int splits, chunk, heads_per_group;
-  float scale_log2;
-  bf16* o_part;  // [batch][splits][heads][512]
-  float* lse;    // [batch][splits][heads], log2 domain
-};
-
-// Byte offset of element chunk c (16 bytes) of row r in a swizzled [rows x 576] operand.
-__device__ __forceinline__ uint32_t swz(int r, int c, int atom_bytes) {
-  return static_cast<uint32_t>((c >> 3) * atom_bytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
-__device__ __forceinline__ void mbar_init(uint32_t bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@p bra DONE;\nbra WAIT;\nDONE:\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-// Rows [row, row + 16) x dims [col, col + 64) of the cache into a swizzled atom slice, counted on `bar`.
-__device__ __forceinline__ void tma_box(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
-      : "memory");
-}
-
-// The 18 k16 steps of one warpgroup's half of the score product, from step S0 on; start-address fields
-// advance by (bytes >> 4) (addresses stay below 2^18, so the 14-bit field never carries).
-template <int S0>
-__device__ __forceinline__ void score_steps(float (&s)[kSFrag], uint64_t dq, uint64_t dk) {
+// The 18 k16 steps of one warpgroup's half of the score product: atoms 4·wg .. 4·wg + 3 (16 steps) and
+// k16 steps 2·wg, 2·wg + 1 of atom 8. Both warpgroups run the same instructions from run-time base
+// descriptors (a branch per warpgroup made the compiler serialize every wgmma behind an injected
+// warpgroup.arrive); start-address fields advance by (bytes >> 4) (addresses stay below 2^18, so the
+// 14-bit field never carries).
+__device__ __forceinline__ void score_steps(float (&s)[kSFrag], uint64_t dq, uint64_t dk, int wg) {
+  const uint64_t dq_main = dq + static_cast<uint64_t>((4 * wg * kQAtomBytes) >> 4);
+  const uint64_t dk_main = dk + static_cast<uint64_t>((4 * wg * kTileAtomBytes) >> 4);
+  const uint64_t dq_tail = dq + static_cast<uint64_t>((8 * kQAtomBytes + 64 * wg) >> 4);
+  const uint64_t dk_tail = dk + static_cast<uint64_t>((8 * kTileAtomBytes + 64 * wg) >> 4);
 #pragma unroll
-  for (int i = 0; i < kHalfSteps; ++i) {
-    const int step = S0 + i;
-    const uint64_t a_off = static_cast<uint64_t>(((step >> 2) * kQAtomBytes + (step & 3) * 32) >> 4);
-    const uint64_t b_off = static_cast<uint64_t>(((step >> 2) * kTileAtomBytes + (step & 3) * 32) >> 4);
-    detail::wgmma_m64n48k16_ss(s, dq + a_off, dk + b_off, i > 0 ? 1 : 0);
+  for (int i = 0; i < 16; ++i) {
+    const uint64_t a_off = static_cast<uint64_t>(((i >> 2) * kQAtomBytes + (i & 3) * 32) >> 4);
+    const uint64_t b_off = static_cast<uint64_t>(((i >> 2) * kTileAtomBytes + (i & 3) * 32) >> 4);
+    detail::wgmma_m64n48k16_ss(s, dq_main + a_off, dk_main + b_off, i > 0 ? 1 : 0);
+  }
+#pragma unroll
+  for (int i = 0; i < kHalfSteps - 16; ++i) {
+    detail::wgmma_m64n48k16_ss(s, dq_tail + static_cast<uint64_t>(i * 32 / 16),
+                               dk_tail + static_cast<uint64_t>(i * 32 / 16), 1);
   }
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_kernel(const __grid_constant__ CUtensorMap cache_map, const __grid_constant__ CUtensorMap q_map,
-                      Params prm) {
+                      MlaKernelParams prm) {
   const MlaDecodeArgs& a = prm.a;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -121,21 +105,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int k_end = split == prm.splits - 1 ? seq_len : min(seq_len, k_start + prm.chunk);
   const int tid = threadIdx.x;
   const int wg = tid >> 7, t = tid & 127, warp = t >> 5, lane = t & 31;
+  detail::pdl_launch_dependents();  // the merge kernel may get resident; it waits for this grid's end
 
   if (k_start >= k_end) {
-    // Nothing to attend in this chunk: an empty part (weight 0, zeros, so the merge needs no branch), or
-    // zeros when unsplit.
-    const int64_t slot0 = (static_cast<int64_t>(b) * prm.splits + split) * a.heads + h0;
-    for (int i = tid; i < nh * kMlaLatent / 8; i += kThreads) {
-      const int h = i / (kMlaLatent / 8), c = i % (kMlaLatent / 8);
-      bf16* dst = prm.splits > 1
-                      ? prm.o_part + (slot0 + h) * kMlaLatent
-                      : a.out + static_cast<int64_t>(b) * a.ld_out + static_cast<int64_t>(h0 + h) * kMlaLatent;
-      detail::store16(dst + c * 8, make_uint4(0, 0, 0, 0));
-    }
-    if (prm.splits > 1) {
-      for (int h = tid; h < nh; h += kThreads) prm.lse[slot0 + h] = -INFINITY;
-    }
+    mla_kernels::write_empty_chunk(prm, b, split, h0, nh, tid, kThreads);
     return;
   }
 
@@ -159,14 +132,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int start = k_start + tile * kT;
     const int boxes = min(kBoxes, (k_end - start + kBox - 1) / kBox);
     const uint32_t bar = bar0 + 8 * slot;
-    mbar_expect_tx(bar, static_cast<uint32_t>(boxes * kAtoms * kBox * 128) + extra_bytes);
+    detail::mbar_expect_tx(bar, static_cast<uint32_t>(boxes * kAtoms * kBox * 128) + extra_bytes);
     const uint32_t dst0 = detail::smem_addr(ks + slot * kTileBytes);
 #pragma unroll
     for (int bx = 0; bx < kBoxes; ++bx) {
       if (bx < boxes) {
 #pragma unroll
         for (int at = 0; at < kAtoms; ++at) {
-          tma_box(dst0 + at * kTileAtomBytes + bx * kBox * 128, &cache_map, at * 64, rows[bx], bar);
+          detail::tma_load_2d(dst0 + at * kTileAtomBytes + bx * kBox * 128, &cache_map, at * 64, rows[bx], bar);
         }
       }
     }
@@ -176,18 +149,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   // copy engine, rows of the next head group only give discarded scores) and tile 0 on the first barrier.
   int rows_next[kBoxes];
   if (tid == 0) {
-    mbar_init(bar0);
-    mbar_init(bar0 + 8);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    detail::mbar_init(bar0, 1);
+    detail::mbar_init(bar0 + 8, 1);
+    detail::mbar_init_fence();
     const uint32_t q_dst = detail::smem_addr(qs);
 #pragma unroll
-    for (int at = 0; at < kAtoms; ++at) {
-      asm volatile(
-          "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-          "[%5];\n" ::"r"(q_dst + at * kQAtomBytes),
-          "l"(reinterpret_cast<uint64_t>(&q_map)), "r"(at * 64), "r"(h0), "r"(b), "r"(bar0)
-          : "memory");
-    }
+    for (int at = 0; at < kAtoms; ++at) detail::tma_load_3d(q_dst + at * kQAtomBytes, &q_map, at * 64, h0, b, bar0);
     lookup(0, rows_next);
     issue_tile(0, 0, rows_next, kQBytes);
     if (n_tiles > 1) lookup(1, rows_next);
@@ -214,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       issue_tile(tile + 1, slot ^ 1, rows_next, 0);
       if (tile + 2 < n_tiles) lookup(tile + 2, rows_next);
     }
-    mbar_wait(bar0 + 8 * slot, (tile >> 1) & 1);
+    detail::mbar_wait(bar0 + 8 * slot, (tile >> 1) & 1);
     const int valid = min(kT, k_end - (k_start + tile * kT));
     if (valid < kT) {
       // The rows past the chunk's end hold whatever the cache pages held (or nothing was copied): zeros,
@@ -222,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint8_t* t = ks + slot * kTileBytes;
       for (int idx = tid; idx < (kT - valid) * kChunks; idx += kThreads) {
         const int r = valid + idx / kChunks, c = idx % kChunks;
-        *reinterpret_cast<uint4*>(t + swz(r, c, kTileAtomBytes)) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(t + mla_kernels::swizzled(r, c, kTileAtomBytes)) = make_uint4(0, 0, 0, 0);
       }
       detail::fence_proxy_async();
       __syncthreads();
@@ -233,11 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float s[kSFrag];
     detail::wgmma_fence();
     const uint64_t dk = slot ? dk1 : dk0;
-    if (wg == 0) {
-      score_steps<0>(s, dq, dk);
-    } else {
-      score_steps<kHalfSteps>(s, dq, dk);
-    }
+    score_steps(s, dq, dk, wg);
     detail::wgmma_commit();
     detail::wgmma_wait<0>();
     detail::fence_regs(s);
@@ -286,14 +249,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 
     // O += P · V over the tile's kT rows (k16 steps), V slice [kT x 256] of this warpgroup.
+    // All A fragments are packed before the fence, so no register write sits between the three wgmmas.
+    uint32_t pa[kT / 16][4];
+#pragma unroll
+    for (int j = 0; j < kT / 16; ++j) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pa[j][r] = detail::pack_bf16x2(s[8 * j + 2 * r], s[8 * j + 2 * r + 1]);
+    }
+    const uint64_t dv = slot ? dv1 : dv0;
     detail::wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kT / 16; ++j) {
-      const uint32_t a0 = detail::pack_bf16x2(s[8 * j + 0], s[8 * j + 1]);
-      const uint32_t a1 = detail::pack_bf16x2(s[8 * j + 2], s[8 * j + 3]);
-      const uint32_t a2 = detail::pack_bf16x2(s[8 * j + 4], s[8 * j + 5]);
-      const uint32_t a3 = detail::pack_bf16x2(s[8 * j + 6], s[8 * j + 7]);
-      detail::wgmma_m64n256k16_rs_tb(o, a0, a1, a2, a3, (slot ? dv1 : dv0) + static_cast<uint64_t>(j * 2048 / 16));
+      detail::wgmma_m64n256k16_rs_tb(o, pa[j][0], pa[j][1], pa[j][2], pa[j][3],
+                                     dv + static_cast<uint64_t>(j * 2048 / 16));
     }
     detail::wgmma_commit();
     detail::wgmma_wait<0>();
@@ -341,70 +309,85 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// Merge of the chunks: out = Σ_s 2^(lse_s − M) · o_s / Σ_s 2^(lse_s − M). Block = (head, quarter of the 512
-// columns, sequence); its 256 threads are 16 groups of 16 that each take every 16th chunk (8 columns per
-// thread, 16-byte loads, 2 chunks per step unrolled), so a block has 32 chunks' loads in flight. Empty
-// chunks carry lse = -inf and zeros: no branch. The groups' sums meet in shared memory.
-constexpr int kMergeGroups = 16;
-constexpr int kMergeUnroll = 2;
-constexpr int kMergeCols = 128;
+// Merge of the chunks: out = Σ_s 2^(lse_s − M) · o_s / Σ_s 2^(lse_s − M). Block = (head, 64 of the 512
+// columns, sequence); its 256 threads are 32 groups of 8 (8 columns each, 16-byte loads) that take every
+// 32nd chunk, 4 chunks per step, so up to 128 chunks' loads (partial rows and their lse together) are in
+// flight at once: the merge costs about one L2 round trip, not one per chunk group. Each group keeps its
+// own running maximum; the 32 group sums meet in shared memory. Empty chunks carry lse = -inf and zeros.
+// Launched as a programmatic dependent of the attention kernel: its blocks may become resident early and
+// wait (griddepcontrol.wait) for the attention grid's writes.
+constexpr int kMergeCols = 64;
+constexpr int kMergeLanes = kMergeCols / 8;      // threads per chunk row
+constexpr int kMergeGroups = 256 / kMergeLanes;  // 32
+constexpr int kMergeUnroll = 4;
+static_assert(kMergeGroups == 32 && kMlaLatent % kMergeCols == 0, "merge layout");
 __global__ void __launch_bounds__(256)
     mla_decode_merge_kernel(const bf16* __restrict__ o_part, const float* __restrict__ lse, int splits, int heads,
                             bf16* __restrict__ out, int64_t ld_out) {
-  __shared__ float acc_s[kMergeGroups][kMergeCols + 4];
-  __shared__ float den_s[kMergeGroups];
-  __shared__ float max_s;
-  const int head = blockIdx.x, quarter = blockIdx.y, b = blockIdx.z;
-  const int grp = threadIdx.x >> 4, cl = (threadIdx.x & 15) * 8, col = quarter * kMergeCols + cl;
+  __shared__ float acc_s[kMergeGroups][kMergeCols + 1];
+  __shared__ float max_s[kMergeGroups], den_s[kMergeGroups], w_s[kMergeGroups];
+  __shared__ float inv_s;
+  const int head = blockIdx.x, part = blockIdx.y, b = blockIdx.z;
+  const int grp = threadIdx.x / kMergeLanes, cl = (threadIdx.x % kMergeLanes) * 8, col = part * kMergeCols + cl;
   const int64_t base = static_cast<int64_t>(b) * splits * heads + head;
-  if (threadIdx.x < 32) {
-    float mx = -INFINITY;
-    for (int s = threadIdx.x; s < splits; s += 32) mx = fmaxf(mx, lse[base + static_cast<int64_t>(s) * heads]);
-    mx = detail::warp_max(mx);
-    if (threadIdx.x == 0) max_s = mx;
-  }
-  __syncthreads();
-  const float mx = max_s == -INFINITY ? 0.0f : max_s;  // all empty: every weight is 0
+  detail::pdl_wait();
+  float m = -INFINITY, den = 0.0f;
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  float den = 0.0f;
   for (int s0 = grp; s0 < splits; s0 += kMergeGroups * kMergeUnroll) {
-    float w[kMergeUnroll];
+    float lv[kMergeUnroll];
     uint4 x[kMergeUnroll];
 #pragma unroll
     for (int u = 0; u < kMergeUnroll; ++u) {
       const int s = s0 + u * kMergeGroups;
-      const int64_t slot = base + static_cast<int64_t>(s < splits ? s : 0) * heads;
-      w[u] = s < splits ? exp2f(lse[slot] - mx) : 0.0f;
-      x[u] = detail::ldg16(o_part + slot * kMlaLatent + col);
+      const int64_t slot = base + static_cast<int64_t>(s < splits ? s : s0) * heads;
+      // L2 loads (ld.cg): the parts were written by the previous grid.
+      lv[u] = s < splits ? __ldcg(lse + slot) : -INFINITY;
+      x[u] = s < splits ? __ldcg(reinterpret_cast<const uint4*>(o_part + slot * kMlaLatent + col))
+                        : make_uint4(0, 0, 0, 0);
     }
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < kMergeUnroll; ++u) m_new = fmaxf(m_new, lv[u]);
+    if (m_new == -INFINITY) continue;        // only empty chunks so far
+    const float rescale = exp2f(m - m_new);  // 0 while m is still -inf (acc and den are 0 then)
+    den *= rescale;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] *= rescale;
 #pragma unroll
     for (int u = 0; u < kMergeUnroll; ++u) {
+      const float w = exp2f(lv[u] - m_new);
       float f[8];
       detail::unpack8(x[u], f);
-      den += w[u];
+      den += w;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) acc[j] += w[u] * f[j];
+      for (int j = 0; j < 8; ++j) acc[j] += w * f[j];
     }
+    m = m_new;
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) acc_s[grp][cl + j] = acc[j];
-  if ((threadIdx.x & 15) == 0) den_s[grp] = den;
+  if (threadIdx.x % kMergeLanes == 0) {
+    max_s[grp] = m;
+    den_s[grp] = den;
+  }
   __syncthreads();
-  if (grp != 0) return;
-  float d = 0.0f;
-#pragma unroll
-  for (int g = 0; g < kMergeGroups; ++g) d += den_s[g];
-  const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-  float y[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  if (threadIdx.x < 32) {
+    const float mg = max_s[threadIdx.x];
+    const float mx = detail::warp_max(mg);
+    const float w = mg == -INFINITY ? 0.0f : exp2f(mg - mx);  // all empty: every weight is 0
+    w_s[threadIdx.x] = w;
+    const float d = detail::warp_sum(den_s[threadIdx.x] * w);
+    if (threadIdx.x == 0) inv_s = d > 0.0f ? 1.0f / d : 0.0f;
+  }
+  __syncthreads();
+  if (threadIdx.x < kMergeCols) {
+    const int c = threadIdx.x;
     float v = 0.0f;
 #pragma unroll
-    for (int g = 0; g < kMergeGroups; ++g) v += acc_s[g][cl + j];
-    y[j] = v * inv;
+    for (int g = 0; g < kMergeGroups; ++g) v += acc_s[g][c] * w_s[g];
+    out[static_cast<int64_t>(b) * ld_out + static_cast<int64_t>(head) * kMlaLatent + part * kMergeCols + c] =
+        __float2bfloat16_rn(v * inv_s);
   }
-  detail::store16(out + static_cast<int64_t>(b) * ld_out + static_cast<int64_t>(head) * kMlaLatent + col,
-                  detail::pack8(y));
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -491,19 +474,45 @@ uint64_t part_bytes(int batch, int splits, int heads) {
 
 }  // namespace
 
-MlaDecodePlan plan_mla_decode(int batch, int heads, int max_seq_len, int sm_count) {
+const char* mla_decode_kernel_name(MlaDecodeKernel kernel) {
+  switch (kernel) {
+    case MlaDecodeKernel::kAuto:
+      return "auto";
+    case MlaDecodeKernel::kMma16:
+      return "mma16";
+    case MlaDecodeKernel::kWgmma64:
+      return "wgmma64";
+  }
+  return "?";
+}
+
+MlaDecodePlan plan_mla_decode(int batch, int heads, int max_seq_len, int sm_count, MlaDecodeKernel kernel) {
   KIMIRT_CUDA_REQUIRE(batch >= 0 && heads > 0 && max_seq_len >= 0, "plan_mla_decode: batch ", batch, ", heads ", heads,
                       ", max_seq_len ", max_seq_len);
+  KIMIRT_CUDA_REQUIRE(
+      kernel == MlaDecodeKernel::kAuto || kernel == MlaDecodeKernel::kMma16 || kernel == MlaDecodeKernel::kWgmma64,
+      "plan_mla_decode: unknown kernel ", static_cast<int>(kernel));
   MlaDecodePlan p;
-  p.head_groups = (heads + kM - 1) / kM;
+  if (kernel == MlaDecodeKernel::kAuto) {
+    kernel = heads <= kMlaAutoMma16MaxHeads ? MlaDecodeKernel::kMma16 : MlaDecodeKernel::kWgmma64;
+  }
+  const bool mma16 = kernel == MlaDecodeKernel::kMma16;
+  p.kernel = kernel;
+  const int per_block = mma16 ? kMlaMma16Heads : kMlaWgmmaHeads;
+  p.head_groups = (heads + per_block - 1) / per_block;
   p.heads_per_group = (heads + p.head_groups - 1) / p.head_groups;
-  // One wave of blocks over the SMs; a chunk of at least two tiles amortizes loading Q and filling the
-  // pipeline.
+  // One wave of blocks (both kernels run one block per SM): as many chunks per sequence as fit, rounded
+  // down so that a few extra blocks do not make a second wave. A chunk of at least two tiles per consumer
+  // amortizes the block's start (Q, the first copies) and keeps the merge short.
   const int64_t blocks_per_split = std::max<int64_t>(1, static_cast<int64_t>(batch) * p.head_groups);
-  int64_t splits = (std::max(sm_count, 1) + blocks_per_split - 1) / blocks_per_split;
-  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, max_seq_len / (2 * kT)));
+  const int64_t sms = std::max(sm_count, 1);
+  int64_t splits = blocks_per_split >= sms ? 1 : sms / blocks_per_split;
+  const int min_chunk = mma16 ? 2 * 32 : 2 * kT;
+  splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, max_seq_len / min_chunk));
+  // kMma16 chunks are whole 32-row tiles, so only a sequence's last chunk has a partial tile.
+  const int align = mma16 ? 32 : kMlaChunkAlign;
   int64_t chunk = (std::max(max_seq_len, 1) + splits - 1) / splits;
-  chunk = (chunk + kMlaChunkAlign - 1) / kMlaChunkAlign * kMlaChunkAlign;
+  chunk = (chunk + align - 1) / align * align;
   splits = std::max<int64_t>(1, (max_seq_len + chunk - 1) / chunk);
   p.splits = static_cast<int>(splits);
   p.chunk = static_cast<int>(chunk);
@@ -529,18 +538,24 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
                       "mla_decode: num_pages ", a.num_pages, " out of range");
   KIMIRT_CUDA_REQUIRE(detail::aligned16(a.q) && detail::aligned16(a.cache) && detail::aligned16(a.out),
                       "mla_decode: q, cache and out must be 16-byte aligned");
-  KIMIRT_CUDA_REQUIRE(
-      plan.splits >= 1 && plan.splits <= 65535 && plan.chunk > 0 && plan.chunk % kMlaChunkAlign == 0 &&
-          plan.head_groups * plan.heads_per_group >= a.heads && plan.heads_per_group <= kM && plan.heads_per_group > 0,
-      "mla_decode: plan (splits ", plan.splits, ", chunk ", plan.chunk, ", head groups ", plan.head_groups, " x ",
-      plan.heads_per_group, ") does not fit ", a.heads, " heads; use plan_mla_decode");
-  Params p{a,
-           plan.splits,
-           plan.chunk,
-           plan.heads_per_group,
-           (a.scale > 0.0f ? a.scale : 1.0f / sqrtf(192.0f)) * kLog2e,
-           nullptr,
-           nullptr};
+  const bool mma16 = plan.kernel == MlaDecodeKernel::kMma16;
+  KIMIRT_CUDA_REQUIRE(mma16 || plan.kernel == MlaDecodeKernel::kWgmma64, "mla_decode: plan kernel ",
+                      mla_decode_kernel_name(plan.kernel), " is not a planned kernel; use plan_mla_decode");
+  const int per_block = mma16 ? kMlaMma16Heads : kMlaWgmmaHeads;
+  KIMIRT_CUDA_REQUIRE(plan.splits >= 1 && plan.splits <= 65535 && plan.chunk > 0 && plan.chunk % kMlaChunkAlign == 0 &&
+                          plan.head_groups >= 1 && plan.head_groups <= 65535 &&
+                          int64_t{plan.head_groups} * plan.heads_per_group >= a.heads &&
+                          plan.heads_per_group <= per_block && plan.heads_per_group > 0,
+                      "mla_decode: plan (", mla_decode_kernel_name(plan.kernel), ", splits ", plan.splits, ", chunk ",
+                      plan.chunk, ", head groups ", plan.head_groups, " x ", plan.heads_per_group, ") does not fit ",
+                      a.heads, " heads; use plan_mla_decode");
+  MlaKernelParams p{a,
+                    plan.splits,
+                    plan.chunk,
+                    plan.heads_per_group,
+                    (a.scale > 0.0f ? a.scale : 1.0f / sqrtf(192.0f)) * kLog2e,
+                    nullptr,
+                    nullptr};
   if (plan.splits > 1) {
     const uint64_t need =
         part_bytes(a.batch, plan.splits, a.heads) + static_cast<uint64_t>(a.batch) * plan.splits * a.heads * 4;
@@ -555,18 +570,32 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
   const int64_t rows = a.num_pages > 0 ? a.num_pages * a.page_size : (int64_t{1} << 29);
   const CUtensorMap map = cached_map({0, reinterpret_cast<uintptr_t>(a.cache), rows, 0, 0},
                                      [&] { return cache_tensor_map(a.cache, rows); });
-  const CUtensorMap q_map = cached_map({1, reinterpret_cast<uintptr_t>(a.q), a.heads, a.batch, a.ld_q},
-                                       [&] { return q_tensor_map(a.q, a.heads, a.batch, a.ld_q); });
-  ensure_dynamic_smem(reinterpret_cast<const void*>(&mla_decode_kernel), kSmemBytes);
   const dim3 grid(static_cast<unsigned>(plan.head_groups), static_cast<unsigned>(plan.splits),
                   static_cast<unsigned>(a.batch));
-  mla_decode_kernel<<<grid, kThreads, kSmemBytes, stream>>>(map, q_map, p);
+  if (mma16) {
+    namespace k = mla_kernels::mma16;
+    ensure_dynamic_smem(reinterpret_cast<const void*>(&k::mla_decode_mma16_kernel), k::kSmemBytes);
+    k::mla_decode_mma16_kernel<<<grid, k::kThreads, k::kSmemBytes, stream>>>(map, p);
+  } else {
+    const CUtensorMap q_map = cached_map({1, reinterpret_cast<uintptr_t>(a.q), a.heads, a.batch, a.ld_q},
+                                         [&] { return q_tensor_map(a.q, a.heads, a.batch, a.ld_q); });
+    ensure_dynamic_smem(reinterpret_cast<const void*>(&mla_decode_kernel), kSmemBytes);
+    mla_decode_kernel<<<grid, kThreads, kSmemBytes, stream>>>(map, q_map, p);
+  }
   KIMIRT_CUDA_CHECK_LAUNCH();
   if (plan.splits > 1) {
-    mla_decode_merge_kernel<<<dim3(static_cast<unsigned>(a.heads), kMlaLatent / kMergeCols,
-                                   static_cast<unsigned>(a.batch)),
-                              256, 0, stream>>>(p.o_part, p.lse, plan.splits, a.heads, a.out, a.ld_out);
-    KIMIRT_CUDA_CHECK_LAUNCH();
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(a.heads), kMlaLatent / kMergeCols, static_cast<unsigned>(a.batch));
+    cfg.blockDim = dim3(256);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, mla_decode_merge_kernel, static_cast<const bf16*>(p.o_part),
+                                         static_cast<const float*>(p.lse), plan.splits, a.heads, a.out, a.ld_out));
   }
 }
 

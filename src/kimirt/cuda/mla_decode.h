@@ -1,10 +1,15 @@
 // MLA decode attention with absorbed weights (§3.5 "absorption") over the paged latent cache: per query
 // token and head, q_abs = [W_UKᵀ q_nope (512) | q_pe (64)] scores every cached row c = [c_kv (512) |
 // k_pe (64)] as q_abs·c / √192, and the output is the softmax-weighted sum of the c_kv parts (512 per head;
-// W_UV is applied afterwards by a batched GEMM). One KV "head" shared by all query heads, so a block
-// takes up to 64 heads against one 48-row tile of the cache at a time on Hopper tensor cores (wgmma), and
-// each tile is read from HBM once. Long contexts are split across blocks (flash-decoding) and merged by a
-// second kernel.
+// W_UV is applied afterwards by a batched GEMM). One KV "head" is shared by all query heads, so a block
+// takes a group of heads against the cache tiles of one context chunk, and every tile is read from HBM once
+// (head groups of the same chunk run side by side and share it through L2). Long contexts are split across
+// blocks (flash-decoding) and merged by a second kernel.
+//
+// Two kernels, picked by the plan:
+//   kMma16   ≤ 16 heads per block on mma.sync tiles, a copy-engine producer warp feeding a 4-stage ring
+//            and two consumer warpgroups taking alternate tiles: the memory-bound case (K3 under TP ≥ 6).
+//   kWgmma64 ≤ 64 heads per block on wgmma (M = 64): for many heads per GPU, where the tensor cores work.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,16 +42,33 @@ struct MlaDecodeArgs {
 
 inline constexpr int kMlaChunkAlign = 16;  // a plan's chunk is a multiple of this
 
+enum class MlaDecodeKernel : int {
+  kAuto = 0,     // plan_mla_decode chooses (a plan always holds one of the others)
+  kMma16 = 1,    // ≤ kMlaMma16Heads heads per block
+  kWgmma64 = 2,  // ≤ kMlaWgmmaHeads heads per block
+};
+inline constexpr int kMlaMma16Heads = 16;
+inline constexpr int kMlaWgmmaHeads = 64;
+// kAuto takes kMma16 up to this many heads per GPU (groups of ≤ 16 heads share tiles through L2). Measured
+// on the H200: kMma16 is 1.6-1.9x faster at 12 and 16 heads, a few percent at 24 and 32, and the wgmma
+// kernel 1.3-2x faster at 96.
+inline constexpr int kMlaAutoMma16MaxHeads = 32;
+
+const char* mla_decode_kernel_name(MlaDecodeKernel kernel);
+
 struct MlaDecodePlan {
-  int splits = 1;                // context chunks per sequence
-  int chunk = 0;                 // rows per chunk (multiple of kMlaChunkAlign)
-  int head_groups = 1;           // blocks per (sequence, chunk) along heads
-  int heads_per_group = 0;       // ≤ 64
-  uint64_t workspace_bytes = 0;  // partial outputs when splits > 1
+  MlaDecodeKernel kernel = MlaDecodeKernel::kAuto;  // kAuto here: not a plan (mla_decode refuses it)
+  int splits = 1;                                   // context chunks per sequence
+  int chunk = 0;                                    // rows per chunk (multiple of kMlaChunkAlign)
+  int head_groups = 1;                              // blocks per (sequence, chunk) along heads
+  int heads_per_group = 0;                          // ≤ the kernel's heads per block
+  uint64_t workspace_bytes = 0;                     // partial outputs when splits > 1
 };
 
-// max_seq_len: host-side bound on seq_lens (the scheduler knows it); sm_count: from DeviceInfo.
-MlaDecodePlan plan_mla_decode(int batch, int heads, int max_seq_len, int sm_count);
+// max_seq_len: host-side bound on seq_lens (the scheduler knows it); sm_count: from DeviceInfo. `kernel`
+// forces one kernel (tests and benchmarks compare them); kAuto picks by heads.
+MlaDecodePlan plan_mla_decode(int batch, int heads, int max_seq_len, int sm_count,
+                              MlaDecodeKernel kernel = MlaDecodeKernel::kAuto);
 
 // Runs the plan (workspace: plan.workspace_bytes, device, may be null when 0). Throws kimirt::Error
 // naming the field on bad arguments.

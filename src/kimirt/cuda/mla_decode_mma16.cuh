@@ -1,0 +1,425 @@
+// The memory-bound MLA decode kernel (plan kernel kMma16): up to 16 query heads per block against one
+// context chunk of the paged latent cache, on mma.sync m16n8k16 tensor-core tiles. Included by
+// mla_decode.cu only, which also shares MlaKernelParams and write_empty_chunk with its wgmma kernel.
+//
+// Why this shape: with ≤ 16 heads a cached row (1152 bytes) carries ≤ 16·2·1088 flop, far below the
+// bandwidth ridge, so the block's only job is to keep the copy engine streaming. Padding the heads to
+// wgmma's M = 64 would quadruple the tensor work and put it back on the critical path; M = 16 is exactly
+// one mma.sync row tile. The block is
+//   warp 8       producer: looks up the block table (32 pages per lane-parallel load), issues each 32-row
+//                tile as 16-row x 64-dim bulk tensor copies (128-byte swizzle) into a 4-stage ring;
+//                mbarriers: "full" per stage (transaction bytes), "empty" per stage (128 consumer arrivals);
+//   warps 0-3    consumer group 0: even tiles;  warps 4-7  consumer group 1: odd tiles.
+// So two to four tiles (74-147 KB) are in flight per SM while the groups compute, and two independent
+// softmax chains hide each other's latency. The stage count is even on purpose: stage t % 4 then always
+// belongs to the same group, which consumed the stage's previous tile itself, so a parity wait can never
+// see the phase of an older tile that has not landed yet (with an odd count it could, when tiles land out
+// of order). Inside a group, warp w computes the partial scores of all 32 keys over dims [144w, 144w + 144)
+// (Q staged in shared memory once); the 4 partials meet in shared memory (one named barrier per tile)
+// and every warp sums them in the same order, so all four run the same online softmax bit for bit.
+// Warp w then accumulates O[:, 128w .. 128w + 127] += P · V (P straight from the score registers, V by
+// ldmatrix.trans). At the end group 1 hands (m, l, O) to group 0 through shared memory, which combines,
+// normalizes and writes the chunk's [heads x 512] rows (bf16) and its log-sum-exp.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kimirt/cuda/async_pipeline.cuh"
+#include "kimirt/cuda/device_utils.cuh"
+#include "kimirt/cuda/mla_decode.h"
+
+namespace kimirt::cuda::mla_kernels {
+
+using detail::bf16;
+
+// What both decode kernels receive.
+struct MlaKernelParams {
+  MlaDecodeArgs a;
+  int splits, chunk, heads_per_group;
+  float scale_log2;
+  bf16* o_part;  // [batch][splits][heads][512], each chunk normalized by its own sum
+  float* lse;    // [batch][splits][heads], log2 domain
+};
+
+// Byte offset of 16-byte chunk c (of 72) of row r in a [rows x 576] bf16 tile stored as 9 atoms of
+// [rows x 64] with the 128-byte swizzle, as the tensor-map copies write it (atoms start at multiples of 1024).
+__device__ __forceinline__ uint32_t swizzled(int r, int c, int atom_bytes) {
+  return static_cast<uint32_t>((c >> 3) * atom_bytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// A chunk with no keys: zeros and lse = -inf (weight 0 in the merge, so it needs no branch), or zeros in
+// the output when unsplit. Called by `threads` threads of the block.
+__device__ __forceinline__ void write_empty_chunk(const MlaKernelParams& p, int b, int split, int h0, int nh, int tid,
+                                                  int threads) {
+  const int64_t slot0 = (static_cast<int64_t>(b) * p.splits + split) * p.a.heads + h0;
+  for (int i = tid; i < nh * kMlaLatent / 8; i += threads) {
+    const int h = i / (kMlaLatent / 8), c = i % (kMlaLatent / 8);
+    bf16* dst = p.splits > 1
+                    ? p.o_part + (slot0 + h) * kMlaLatent
+                    : p.a.out + static_cast<int64_t>(b) * p.a.ld_out + static_cast<int64_t>(h0 + h) * kMlaLatent;
+    detail::store16(dst + c * 8, make_uint4(0, 0, 0, 0));
+  }
+  if (p.splits > 1) {
+    for (int h = tid; h < nh; h += threads) p.lse[slot0 + h] = -INFINITY;
+  }
+}
+
+namespace mma16 {
+
+constexpr int kHeads = kMlaMma16Heads;  // the mma M
+constexpr int kRows = 32;               // cache rows per tile
+constexpr int kBox = 16;                // rows per bulk copy (never straddles a page)
+constexpr int kBoxes = kRows / kBox;
+constexpr int kStages = 4;  // even: see the top of the file
+constexpr int kGroupWarps = 4;
+constexpr int kGroups = 2;
+constexpr int kGroupThreads = kGroupWarps * 32;
+constexpr int kConsumers = kGroups * kGroupThreads;                       // 256
+constexpr int kThreads = kConsumers + 32;                                 // + the producer warp
+constexpr int kAtoms = kMlaRow / 64;                                      // 9
+constexpr int kAtomBytes = kRows * 128;                                   // 4096
+constexpr int kTileBytes = kAtoms * kAtomBytes;                           // 36864
+constexpr int kSSteps = kMlaRow / kGroupWarps / 16;                       // 9 k16 steps of the scores per warp
+constexpr int kKeyTiles = kRows / 8;                                      // 4 n8 tiles of keys
+constexpr int kOTiles = kMlaLatent / kGroupWarps / 8;                     // 16 n8 tiles of O per warp
+constexpr int kXchgFloat4s = kGroups * 2 * kGroupWarps * kKeyTiles * 32;  // double-buffered per group
+constexpr int kQLd = kMlaRow * 2 + 16;                                    // bytes per Q row in shared memory (padded)
+constexpr int kQOffset = kStages * kTileBytes + kXchgFloat4s * 16;
+constexpr int kBarOffset = kQOffset + kHeads * kQLd;
+constexpr int kSmemBytes = 1024 + kBarOffset + 2 * kStages * 8;
+constexpr int kStageLd = kMlaLatent + 8;  // bf16 per staged output row (padded: no bank conflicts)
+// The epilogue reuses the ring: group 1's O and (m, l) in stage 1, the bf16 output rows in stage 0.
+constexpr int kHandOffBytes = kGroupWarps * kOTiles * 32 * 16 + kGroupWarps * 32 * 16;
+
+static_assert(kHeads == 16 && kMlaRow % (kGroupWarps * 16) == 0 && kMlaLatent % (kGroupWarps * 16) == 0,
+              "warp split of the dims");
+static_assert(kMlaChunkAlign % kBox == 0 && kRows % kBox == 0, "tiles start on box boundaries");
+static_assert(kHandOffBytes <= kTileBytes && kHeads * kStageLd * 2 <= kTileBytes, "epilogue fits the ring");
+static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
+static_assert(kStages % kGroups == 0, "a stage serves one consumer group");
+
+// Producer warp: block-table lookups and bulk copies, one tile per ring stage, waiting for the stage's
+// previous tile to be released. Lane i holds the page id of page base + i (and the next 32 in `nxt`), so
+// a lookup is a shuffle; boxes wholly past k_end are not copied (the block table may end there).
+// `cur` and `nxt` arrive preloaded for the first 64 pages of the chunk.
+__device__ __forceinline__ void produce(const CUtensorMap* map, const MlaDecodeArgs& a, int b, int k_start, int k_end,
+                                        int n_tiles, uint32_t tiles, uint32_t full0, uint32_t empty0, int lane, int cur,
+                                        int nxt) {
+  const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.ld_block_table;
+  const int ps = a.page_size;
+  const int page_end = (k_end + ps - 1) / ps;
+  int base = k_start / ps;
+  auto entry = [&](int page) { return page < page_end ? __ldg(table + page) : 0; };
+  for (int t = 0; t < n_tiles; ++t) {
+    const int st = t % kStages;
+    const int start = k_start + t * kRows;
+    const int boxes = min(kBoxes, (k_end - start + kBox - 1) / kBox);
+    int rows[kBoxes];
+#pragma unroll
+    for (int bx = 0; bx < kBoxes; ++bx) {
+      const int key = min(start + bx * kBox, k_end - 1);  // a box past the end is looked up, never copied
+      const int page = key / ps;
+      while (page - base >= 32) {  // uniform over the warp: keys only grow
+        base += 32;
+        cur = nxt;
+        nxt = entry(base + 32 + lane);
+      }
+      rows[bx] = __shfl_sync(0xffffffffu, cur, page - base) * ps + key % ps;
+    }
+    if (lane == 0) {
+      if (t >= kStages) detail::mbar_wait(empty0 + 8 * st, ((t / kStages) - 1) & 1);
+      const uint32_t bar = full0 + 8 * st;
+      detail::mbar_expect_tx(bar, static_cast<uint32_t>(boxes * kAtoms * kBox * 128));
+      const uint32_t dst = tiles + st * kTileBytes;
+#pragma unroll
+      for (int bx = 0; bx < kBoxes; ++bx) {
+        if (bx < boxes) {
+#pragma unroll
+          for (int at = 0; at < kAtoms; ++at) {
+            detail::tma_load_2d(dst + at * kAtomBytes + bx * kBox * 128, map, at * 64, rows[bx], bar);
+          }
+        }
+      }
+    }
+    __syncwarp();
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_decode_mma16_kernel(const __grid_constant__ CUtensorMap cache_map, const MlaKernelParams prm) {
+  const MlaDecodeArgs& a = prm.a;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const uint32_t tiles = detail::smem_addr(smem);
+  float4* xchg = reinterpret_cast<float4*>(smem + kStages * kTileBytes);
+  uint8_t* q_smem = smem + kQOffset;
+  const uint32_t full0 = tiles + kBarOffset, empty0 = full0 + 8 * kStages;
+
+  const int group = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+  const int h0 = group * prm.heads_per_group;
+  const int nh = min(prm.heads_per_group, a.heads - h0);
+  const int k_start = split * prm.chunk;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  constexpr int kProducerWarp = kGroups * kGroupWarps;
+  // The producer's first page ids do not depend on the sequence length: load them alongside it rather than
+  // after it (two dependent global loads before the first copy would lengthen every call's ramp). Entries
+  // past the sequence's pages are read (the table row has ld_block_table of them) but never used.
+  int page_cur = 0, page_nxt = 0;
+  if (warp == kProducerWarp) {
+    const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.ld_block_table;
+    const int64_t p0 = k_start / a.page_size + lane;
+    page_cur = p0 < a.ld_block_table ? __ldg(table + p0) : 0;
+    page_nxt = p0 + 32 < a.ld_block_table ? __ldg(table + p0 + 32) : 0;
+  }
+  const int seq_len = a.seq_lens[b];
+  const int k_end = split == prm.splits - 1 ? seq_len : min(seq_len, k_start + prm.chunk);
+  detail::pdl_launch_dependents();  // the merge kernel may get resident; it waits for this grid's end
+
+  if (k_start >= k_end) {
+    write_empty_chunk(prm, b, split, h0, nh, tid, kThreads);
+    return;
+  }
+  const int n_tiles = (k_end - k_start + kRows - 1) / kRows;
+  if (tid == 0) {
+#pragma unroll
+    for (int st = 0; st < kStages; ++st) {
+      detail::mbar_init(full0 + 8 * st, 1);
+      detail::mbar_init(empty0 + 8 * st, kGroupThreads);
+    }
+    detail::mbar_init_fence();
+  }
+  __syncthreads();  // the last block-wide barrier: the producer leaves early
+  if (warp == kProducerWarp) {
+    produce(&cache_map, a, b, k_start, k_end, n_tiles, tiles, full0, empty0, lane, page_cur, page_nxt);
+    return;
+  }
+
+  const int grp = warp / kGroupWarps, wq = warp % kGroupWarps, g = lane >> 2, tq = lane & 3;
+  // Q [16 heads x 576] into shared memory once (heads past the group's last are zeros: their scores are
+  // discarded). The A fragments are re-read per tile with ldmatrix rather than kept in registers: 36 more
+  // registers would spill, with 9 warps a block gets at most 168 per thread. Rows padded by 16 bytes so that
+  // the 8 rows of one ldmatrix matrix hit different banks.
+  {
+    const bf16* qb = a.q + static_cast<int64_t>(b) * a.ld_q + static_cast<int64_t>(h0) * kMlaRow;
+    for (int i = tid; i < kHeads * (kMlaRow / 8); i += kConsumers) {
+      const int h = i / (kMlaRow / 8), c = i % (kMlaRow / 8);
+      const uint4 v = h < nh ? detail::ldg16(qb + h * kMlaRow + c * 8) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(q_smem + h * kQLd + c * 16) = v;
+    }
+  }
+  constexpr int kBothGroups = 3;  // named barrier of all consumer warps
+  detail::named_barrier_sync(kBothGroups, kConsumers);
+  // A fragment of k16 step kk (this warp's dims 144·wq + 16·kk): matrix j = lane / 8 is heads
+  // (lane % 8) + 8·(j % 2) at dims + 8·(j / 2).
+  const uint32_t q_addr =
+      detail::smem_addr(q_smem) + static_cast<uint32_t>(((lane & 7) + 8 * ((lane >> 3) & 1)) * kQLd +
+                                                        (wq * (kMlaRow / kGroupWarps) + 8 * (lane >> 4)) * 2);
+  // Per-lane ldmatrix addresses inside a tile, computed per use (a table of them would cost 17 registers).
+  // Scores: matrix j = lane / 8 is keys 8·(j / 2) + (lane % 8) at dim chunk 18·wq + 2·kk + j % 2 (b0, b1 of
+  // key tiles 0 and 1; key tiles 2 and 3 are 16 rows = 2048 bytes further). P·V: matrix j is keys
+  // (lane % 8) + 8·(j % 2) at dim chunk 16·wq + 2·np + j / 2 (b0, b1 of O tiles 2·np and 2·np + 1), the
+  // second k16 step 2048 bytes further; 16·wq starts an atom, so only the swizzle term depends on the lane.
+  const int lj = lane >> 3, lr = lane & 7;
+  const int k_chunk0 = 18 * wq + (lj & 1);
+  const uint32_t k_row = static_cast<uint32_t>((8 * (lj >> 1) + lr) * 128);
+  const uint32_t v_base = static_cast<uint32_t>(2 * wq * kAtomBytes + (lr + 8 * (lj & 1)) * 128);
+  const int v_xor = (lj >> 1) ^ lr;
+  auto k_addr = [&](uint32_t tile, int kk) {
+    const int c = k_chunk0 + 2 * kk;
+    return tile + static_cast<uint32_t>((c >> 3) * kAtomBytes + (((c & 7) ^ lr) << 4)) + k_row;
+  };
+  auto v_addr = [&](uint32_t tile, int np, int ks) {
+    return tile + v_base +
+           static_cast<uint32_t>((np >> 2) * kAtomBytes + ks * 16 * 128 + (((2 * (np & 3)) ^ v_xor) << 4));
+  };
+
+  float o[kOTiles][4];
+#pragma unroll
+  for (int n = 0; n < kOTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY};
+  float l_run[2] = {0.0f, 0.0f};
+
+  int it = 0;
+  for (int t = grp; t < n_tiles; t += kGroups, ++it) {
+    const int st = t % kStages;
+    const uint32_t tile = tiles + st * kTileBytes;
+    detail::mbar_wait(full0 + 8 * st, (t / kStages) & 1);
+
+    // Partial scores over this warp's dims, 4 key tiles of 8.
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kSSteps; ++kk) {
+      uint32_t qf[4], k01[4], k23[4];
+      detail::ldsm_x4(qf, q_addr + kk * 32);
+      const uint32_t ka = k_addr(tile, kk);
+      detail::ldsm_x4(k01, ka);
+      detail::ldsm_x4(k23, ka + 16 * 128);
+      detail::mma_bf16_16816(s[0], qf[0], qf[1], qf[2], qf[3], k01[0], k01[1]);
+      detail::mma_bf16_16816(s[1], qf[0], qf[1], qf[2], qf[3], k01[2], k01[3]);
+      detail::mma_bf16_16816(s[2], qf[0], qf[1], qf[2], qf[3], k23[0], k23[1]);
+      detail::mma_bf16_16816(s[3], qf[0], qf[1], qf[2], qf[3], k23[2], k23[3]);
+    }
+    // The four warps' partials, summed in warp order by every warp (identical scores in all four). The
+    // exchange area alternates between two buffers, so one barrier per tile suffices: a warp writes a
+    // buffer again only after the next tile's barrier, which every warp reaches after its reads of it.
+    float4* xg = xchg + (grp * 2 + (it & 1)) * (kGroupWarps * kKeyTiles * 32);
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n)
+      xg[(wq * kKeyTiles + n) * 32 + lane] = make_float4(s[n][0], s[n][1], s[n][2], s[n][3]);
+    detail::named_barrier_sync(1 + grp, kGroupThreads);
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) {
+      float4 v = xg[n * 32 + lane];
+#pragma unroll
+      for (int w = 1; w < kGroupWarps; ++w) {
+        const float4 u = xg[(w * kKeyTiles + n) * 32 + lane];
+        v.x += u.x, v.y += u.y, v.z += u.z, v.w += u.w;
+      }
+      s[n][0] = v.x, s[n][1] = v.y, s[n][2] = v.z, s[n][3] = v.w;
+    }
+
+    // Online softmax (log2 domain) for heads g (elements 0, 1) and g + 8 (elements 2, 3); keys past the
+    // chunk's end (only in its last tile) get -inf, whatever the tile buffer held there.
+    const int valid = min(kRows, k_end - (k_start + t * kRows));
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = 8 * n + 2 * tq + (e & 1);
+        s[n][e] = key < valid ? s[n][e] * prm.scale_log2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m_run[r], mx[r]);  // finite: key 0 of every tile is valid
+      alpha[r] = exp2f(m_run[r] - m_new);          // 0 on the group's first tile
+      m_run[r] = m_new;
+    }
+    float rowsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = exp2f(s[n][e] - m_run[e >> 1]);
+        rowsum[e >> 1] += s[n][e];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + rowsum[r];
+    // Once the running maxima settle alpha is exactly 1 for the whole warp: skip the 64 multiplies.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+      for (int n = 0; n < kOTiles; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
+    }
+
+    // O[:, 128·wq ..] += P · V over the tile's 32 keys (2 k16 steps). In a partial tile the V values of
+    // keys past the end are zeroed in the fragments too (P is 0 there, but 0 · NaN would not be).
+#pragma unroll
+    for (int ks = 0; ks < kRows / 16; ++ks) {
+      const uint32_t p0 = detail::pack_bf16x2(s[2 * ks][0], s[2 * ks][1]);
+      const uint32_t p1 = detail::pack_bf16x2(s[2 * ks][2], s[2 * ks][3]);
+      const uint32_t p2 = detail::pack_bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+      const uint32_t p3 = detail::pack_bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+#pragma unroll
+      for (int np = 0; np < kOTiles / 2; ++np) {
+        uint32_t vb[4];
+        detail::ldsm_x4_trans(vb, v_addr(tile, np, ks));
+        if (valid < kRows) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int key = 16 * ks + 8 * (i & 1) + 2 * tq;  // the low half; the high half is key + 1
+            vb[i] = key >= valid ? 0u : (key + 1 >= valid ? vb[i] & 0xFFFFu : vb[i]);
+          }
+        }
+        detail::mma_bf16_16816(o[2 * np], p0, p1, p2, p3, vb[0], vb[1]);
+        detail::mma_bf16_16816(o[2 * np + 1], p0, p1, p2, p3, vb[2], vb[3]);
+      }
+    }
+    detail::mbar_arrive(empty0 + 8 * st);  // this thread's reads of the stage are done
+  }
+
+  // Epilogue. The 4 lanes of a quad hold disjoint keys of l.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+  }
+  detail::named_barrier_sync(kBothGroups, kConsumers);  // every issued tile has landed and been read
+  // Each group writes into a ring stage of its own (whose copies it has waited for): group 1's hand-off in
+  // stage 1, group 0's output rows in stage 0.
+  float4* o_hand = reinterpret_cast<float4*>(smem + kTileBytes);                                     // [wq][n][lane]
+  float4* ml_hand = reinterpret_cast<float4*>(smem + kTileBytes + kGroupWarps * kOTiles * 32 * 16);  // [wq][lane]
+  bf16* stage = reinterpret_cast<bf16*>(smem);                                                       // [16][kStageLd]
+  if (grp == 1) {
+#pragma unroll
+    for (int n = 0; n < kOTiles; ++n)
+      o_hand[(wq * kOTiles + n) * 32 + lane] = make_float4(o[n][0], o[n][1], o[n][2], o[n][3]);
+    ml_hand[wq * 32 + lane] = make_float4(m_run[0], m_run[1], l_run[0], l_run[1]);
+  }
+  detail::named_barrier_sync(kBothGroups, kConsumers);
+  if (grp == 0) {
+    // Group 1 may have had no tile (m = -inf, l = 0, O = 0): its weight is then 0.
+    const float4 ml = ml_hand[wq * 32 + lane];
+    const float m1[2] = {ml.x, ml.y}, l1[2] = {ml.z, ml.w};
+    float w0[2], w1[2], inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m = fmaxf(m_run[r], m1[r]);
+      w0[r] = exp2f(m_run[r] - m);
+      w1[r] = exp2f(m1[r] - m);
+      const float l = l_run[r] * w0[r] + l1[r] * w1[r];
+      inv[r] = l > 0.0f ? 1.0f / l : 0.0f;
+      m_run[r] = m;
+      l_run[r] = l;
+    }
+#pragma unroll
+    for (int n = 0; n < kOTiles; ++n) {
+      const float4 u = o_hand[(wq * kOTiles + n) * 32 + lane];
+      const int col = 128 * wq + 8 * n + 2 * tq;
+      *reinterpret_cast<uint32_t*>(stage + g * kStageLd + col) =
+          detail::pack_bf16x2((o[n][0] * w0[0] + u.x * w1[0]) * inv[0], (o[n][1] * w0[0] + u.y * w1[0]) * inv[0]);
+      *reinterpret_cast<uint32_t*>(stage + (g + 8) * kStageLd + col) =
+          detail::pack_bf16x2((o[n][2] * w0[1] + u.z * w1[1]) * inv[1], (o[n][3] * w0[1] + u.w * w1[1]) * inv[1]);
+    }
+    if (prm.splits > 1 && wq == 0 && tq == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int h = g + 8 * r;
+        if (h < nh) {
+          const int64_t slot = (static_cast<int64_t>(b) * prm.splits + split) * a.heads + h0 + h;
+          prm.lse[slot] = l_run[r] > 0.0f ? m_run[r] + log2f(l_run[r]) : -INFINITY;
+        }
+      }
+    }
+  }
+  detail::named_barrier_sync(kBothGroups, kConsumers);
+  for (int idx = tid; idx < nh * (kMlaLatent / 8); idx += kConsumers) {
+    const int row = idx / (kMlaLatent / 8), c = idx % (kMlaLatent / 8);
+    const uint4 v = *reinterpret_cast<const uint4*>(stage + row * kStageLd + c * 8);
+    bf16* dst;
+    if (prm.splits == 1) {
+      dst = a.out + static_cast<int64_t>(b) * a.ld_out + static_cast<int64_t>(h0 + row) * kMlaLatent;
+    } else {
+      dst = prm.o_part + ((static_cast<int64_t>(b) * prm.splits + split) * a.heads + h0 + row) * kMlaLatent;
+    }
+    detail::store16(dst + c * 8, v);
+  }
+}
+
+}  // namespace mma16
+}  // namespace kimirt::cuda::mla_kernels
