@@ -3,9 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
 #include <vector>
 
+#include "common/limited_child.h"
 #include "kimirt/base/error.h"
+#include "kimirt/base/start_threads.h"
 
 namespace kimirt {
 namespace {
@@ -29,6 +35,61 @@ TEST(ThreadPool, RethrowsAfterAllRangesFinish) {
                                  }),
                Error);
   EXPECT_EQ(ran.load(), 3);
+}
+
+// What a child exits with: 0 when fn threw an Error containing `expected` (printed to stderr either way),
+// 2 when it did not throw (the limit did not bite), 3 for another message.
+template <typename Fn>
+int error_code(Fn fn, const std::string& expected) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "child: %s\n", e.what());
+    return std::string(e.what()).find(expected) != std::string::npos ? 0 : 3;
+  }
+  return 2;
+}
+
+// 64 MiB of address space left: a handful of 8 MiB thread stacks, far from 1000.
+constexpr uint64_t kHeadroom = uint64_t{64} << 20;
+
+TEST(StartThreads, ARefusedThreadStopsAndJoinsTheOthersThenThrows) {
+  if (!test::kAddressSpaceLimitWorks) GTEST_SKIP() << "sanitizer build: no address-space limit";
+  const int code = test::run_in_limited_child(kHeadroom, [] {
+    // Bodies that wait for every thread of the set, as ranks in a collective do: only stop() frees them.
+    std::mutex m;
+    std::condition_variable cv;
+    bool stopped = false;
+    std::atomic<int> returned{0};
+    const int code = error_code(
+        [&] {
+          auto threads = start_threads(
+              1000, "the test's set",
+              [&](size_t) {
+                std::unique_lock<std::mutex> lock(m);
+                cv.wait(lock, [&] { return stopped; });
+                returned++;
+              },
+              [&] {
+                std::lock_guard<std::mutex> lock(m);
+                stopped = true;
+                cv.notify_all();
+              });
+          for (auto& t : threads) t.join();
+        },
+        "the test's set: only ");
+    // The threads that did start were stopped and joined before the throw.
+    return code == 0 && returned.load() == 0 ? 4 : code;
+  });
+  EXPECT_EQ(code, 0) << "2: all 1000 threads started; 3: another message; 4: none started; 134: std::terminate; "
+                        "142: it hung";
+}
+
+TEST(ThreadPool, ThreadsTheSystemRefusesAreAnErrorNamingTheCount) {
+  if (!test::kAddressSpaceLimitWorks) GTEST_SKIP() << "sanitizer build: no address-space limit";
+  const int code =
+      test::run_in_limited_child(kHeadroom, [] { return error_code([] { ThreadPool pool(1000); }, "1000 threads"); });
+  EXPECT_EQ(code, 0) << "2: all 1000 threads started; 3: another message; 134: std::terminate; 142: it hung";
 }
 
 TEST(Error, ContextIsPrepended) {

@@ -35,6 +35,24 @@ TEST(Chat, ConversationCommandsAndQuit) {
   fs::remove_all(dir);
 }
 
+// A request the engine refuses costs the line, not the session: the error is shown and chat goes on.
+TEST(Chat, ARefusedRequestLosesTheLineNotTheConversation) {
+  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-refused-model";
+  fs::remove_all(dir);
+  auto made = run_shell(kKimirt + " make-tiny " + dir.string());
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const auto r = run_shell("printf 'hello\\nagain\\n/quit\\n' | " + kKimirt + " chat -m " + dir.string() +
+                           " -n 4 --temperature -1 --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  size_t refused = 0;
+  for (size_t p = r.output.find("(request: temperature must be >= 0, got -1)"); p != std::string::npos;
+       p = r.output.find("(request: temperature", p + 1)) {
+    ++refused;
+  }
+  EXPECT_EQ(refused, 2u) << r.output;
+  fs::remove_all(dir);
+}
+
 TEST(Chat, RefusesAModelWithoutTokenizer) {
   const auto r = run_shell("printf 'hi\\n' | " + kKimirt + " chat -m " + kimirt::test::golden_dir("k3-tiny"));
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -29,8 +29,12 @@ TEST_P(InspectCorpus, ExitsOneNamingTheFileAndTheProblem) {
   const std::string& out = r.output;
   EXPECT_EQ(r.exit_code, 1) << "kimirt inspect must exit 1 (-1: it crashed): " << out;
   EXPECT_NE(out.find("model.safetensors"), std::string::npos) << out;
-  if (!c.mentions.empty()) EXPECT_NE(out.find(c.mentions), std::string::npos) << out;
-  if (!c.tensor.empty()) EXPECT_NE(out.find(c.tensor), std::string::npos) << out;
+  if (!c.mentions.empty()) {
+    EXPECT_NE(out.find(c.mentions), std::string::npos) << out;
+  }
+  if (!c.tensor.empty()) {
+    EXPECT_NE(out.find(c.tensor), std::string::npos) << out;
+  }
   fs::remove_all(dir);
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -97,6 +98,48 @@ TEST(Inspect, InvalidConfigFieldIsNamed) {
   const auto r = run_kimirt("inspect " + dir.string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("text_config.num_experts_per_token"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+// Sizes no model has once gave a bare std::bad_alloc (a table of 10^12 layers); now the field is named, by
+// inspect and by run alike.
+TEST(Inspect, HugeConfigValuesAreNamedNotBadAlloc) {
+  const auto dir = copy_of("k3-tiny", "huge");
+  auto j = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  j["text_config"]["num_hidden_layers"] = int64_t{1000000000000};
+  std::ofstream(dir / "config.json") << j.dump(2);
+  for (const std::string command : {"inspect ", "run --ids 1 -n 1 -m "}) {
+    const auto r = run_kimirt(command + dir.string());
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("text_config.num_hidden_layers is 1000000000000, over the sanity bound"), std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("bad_alloc"), std::string::npos) << r.output;
+  }
+  fs::remove_all(dir);
+}
+
+// config.json is read strictly everywhere: a key given twice is refused by name, not resolved silently.
+TEST(Inspect, DuplicateConfigKeyIsRefused) {
+  const auto dir = copy_of("k3-tiny", "dupkey");
+  std::string text;
+  {
+    std::ifstream in(dir / "config.json");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string original = text;
+  text.insert(text.find('{') + 1, "\"model_type\": \"kimi_linear\",");
+  std::ofstream(dir / "config.json") << text;
+  for (const std::string command : {"inspect ", "run --ids 1 -n 1 -m "}) {
+    const auto r = run_kimirt(command + dir.string());
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("duplicate key \"model_type\""), std::string::npos) << r.output;
+  }
+  // generation_config.json too (run reads its eos_token_id).
+  std::ofstream(dir / "config.json") << original;
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": 1, "eos_token_id": 2})";
+  const auto r = run_kimirt("run --ids 1 -n 1 -m " + dir.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("generation_config.json: duplicate key \"eos_token_id\""), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
 

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "common/run_command.h"
 
@@ -42,6 +45,32 @@ TEST(RunParallel, ThreadRanksPrintTheIdsOfOneRank) {
   const std::string k3 = ids("k3-tiny", "");
   EXPECT_EQ(ids("k3-tiny", "--tp 4 --ep 2"), k3);
   EXPECT_EQ(ids("k3-tiny", "--tp 4 --ep 4 --attention-dp"), k3);
+}
+
+// The backend takes each weight's format from what the checkpoint stores, not from config.json: BF16 experts
+// under a declared MXFP4 quantization_config load, and run under MoE-TP (four cuts of 64 rows, which MXFP4's
+// groups of 32 would not allow) exactly as on one rank.
+TEST(RunParallel, StoredExpertFormatWinsOverTheDeclaredOneUnderMoeTp) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kimirt-run-bf16-declared-mxfp4";
+  std::filesystem::remove_all(dir);
+  const Result made = run(kimirt() + " make-tiny " + dir.string() + " --experts-format bf16 --no-tokenizer", true);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  ASSERT_FALSE(config["text_config"].contains("quantization_config"));
+  const auto golden_config = nlohmann::json::parse(std::ifstream(golden("k3-tiny") + "/config.json"));
+  config["text_config"]["quantization_config"] = golden_config["text_config"]["quantization_config"];
+  std::ofstream(dir / "config.json") << config.dump(2);
+  auto ids_of = [&](const std::string& flags) {
+    const std::string cmd = kimirt() + " run -m " + dir.string() + " --ids 5,17,3,200,41,9 -n 6 --print-ids " + flags;
+    const Result r = run(cmd, false);
+    EXPECT_EQ(r.exit_code, 0) << cmd << ": " << run(cmd, true).output;
+    return r.output;
+  };
+  const std::string one = ids_of("--tp 1");
+  EXPECT_EQ(std::count(one.begin(), one.end(), ' '), 6) << one;
+  EXPECT_EQ(ids_of("--tp 4"), one);
+  EXPECT_EQ(ids_of("--tp 4 --ep 2"), one);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RunParallel, MpirunProcessesPrintTheIdsOfOneRank) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +79,116 @@ TEST(LocalComm, SplitMakesIndependentSubgroups) {
     sub->all_reduce_sum(&v, 1, DType::kF32);
     EXPECT_EQ(v, c.rank() % 2 == 0 ? 2.0f : 4.0f);  // {0,2} and {1,3}
   });
+}
+
+// Every rank's error message, "(no error)" for a rank that returned normally. A deadlock fails by timeout.
+std::vector<std::string> errors_of(int size, const std::function<void(Comm&)>& fn) {
+  std::vector<std::string> errors(static_cast<size_t>(size), "(no error)");
+  run_ranks(size, [&](Comm& c) {
+    try {
+      fn(c);
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(c.rank())] = e.what();
+    }
+  });
+  return errors;
+}
+
+// A rank out of step (another count, dtype, root or collective) must not make the others read past its
+// buffers: every rank throws the same Error, and the group stays usable for a call that agrees.
+TEST(LocalComm, RanksThatDisagreeAllThrowTheSameError) {
+  auto expect_all = [](const std::vector<std::string>& errors, const std::string& what) {
+    for (const auto& e : errors) EXPECT_NE(e.find(what), std::string::npos) << e;
+    for (const auto& e : errors) EXPECT_EQ(e, errors[0]);
+  };
+  expect_all(errors_of(3,
+                       [](Comm& c) {
+                         std::vector<float> v(8, 1.0f);
+                         c.all_reduce_sum(v.data(), c.rank() == 2 ? 8 : 4, DType::kF32);
+                       }),
+             "all_reduce_sum: rank 2 passed a count of 8, rank 0 4");
+  expect_all(errors_of(2,
+                       [](Comm& c) {
+                         std::vector<float> send(4, 1.0f), recv(64);
+                         c.all_gather(send.data(), recv.data(), 4, c.rank() == 1 ? DType::kF64 : DType::kF32);
+                       }),
+             "all_gather: rank 1 passed F64 elements, rank 0 F32");
+  expect_all(errors_of(3,
+                       [](Comm& c) {
+                         int64_t v = 0;
+                         c.broadcast(&v, 1, DType::kI64, c.rank() == 1 ? 1 : 0);
+                       }),
+             "broadcast: rank 1 passed root 1, rank 0 root 0");
+  expect_all(errors_of(2,
+                       [](Comm& c) {
+                         std::vector<float> v(4, 1.0f), out(4);
+                         if (c.rank() == 0) {
+                           c.all_reduce_sum(v.data(), 4, DType::kF32);
+                         } else {
+                           c.reduce_scatter_sum(v.data(), out.data(), 2, DType::kF32);
+                         }
+                       }),
+             "rank 1 is in reduce_scatter_sum while rank 0 is in all_reduce_sum");
+  expect_all(errors_of(2,
+                       [](Comm& c) {
+                         int64_t v = 0;
+                         c.broadcast(&v, 1, DType::kI64, 5);
+                       }),
+             "broadcast root 5 outside a group of 2");
+  // After a refused call every rank is at the same point: the next collective works.
+  const auto after = errors_of(2, [](Comm& c) {
+    float v = 1.0f;
+    try {
+      c.all_reduce_sum(&v, c.rank() == 0 ? 1 : 0, DType::kF32);
+    } catch (const Error&) {
+    }
+    c.all_reduce_sum(&v, 1, DType::kF32);
+    EXPECT_EQ(v, 2.0f);
+  });
+  expect_all(after, "(no error)");
+}
+
+TEST(LocalComm, AllToAllCountsAreCheckedOnEveryRank) {
+  // Rank 0 expects 2 elements from rank 1, which sends it 1: both ranks throw (the receiver alone throwing
+  // would leave the sender waiting).
+  const auto errors = errors_of(2, [](Comm& c) {
+    std::vector<float> buf(4, 0.0f), in(4);
+    std::vector<size_t> send = {1, 1};
+    std::vector<size_t> recv = c.rank() == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{1, 1};
+    c.all_to_all_v(buf.data(), send, in.data(), recv, DType::kF32);
+  });
+  for (const auto& e : errors)
+    EXPECT_NE(e.find("rank 1 sends 1 elements to rank 0, which expects 2"), std::string::npos) << e;
+  const auto sizes = errors_of(2, [](Comm& c) {
+    std::vector<float> buf(4, 0.0f), in(4);
+    std::vector<size_t> send(c.rank() == 1 ? 3 : 2, 1), recv = {1, 1};
+    c.all_to_all_v(buf.data(), send, in.data(), recv, DType::kF32);
+  });
+  for (const auto& e : sizes) EXPECT_NE(e.find("rank 1 passed 3 send and 2 recv counts"), std::string::npos) << e;
+}
+
+// The group keeps no subgroup alive: a split's group goes away with its members' communicators.
+TEST(LocalComm, SubgroupsLiveOnlyAsLongAsTheirMembersUseThem) {
+  auto comms = LocalComm::create_group(2);
+  std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<Comm>> kept(2);
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Comm& c = *comms[static_cast<size_t>(r)];
+      for (int i = 0; i < 50; ++i) {
+        auto sub = c.split(c.rank(), 0);  // dropped at once
+        float v = 1.0f;
+        sub->all_reduce_sum(&v, 1, DType::kF32);
+      }
+      kept[static_cast<size_t>(r)] = c.split(0, c.rank());  // one group of both, kept
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(comms[0]->live_subgroups(), 1u);
+  kept[0].reset();
+  EXPECT_EQ(comms[0]->live_subgroups(), 1u);  // rank 1 still holds it
+  kept[1].reset();
+  EXPECT_EQ(comms[1]->live_subgroups(), 0u);
 }
 
 TEST(LocalComm, MismatchedAllToAllCountsAreAnError) {

@@ -59,53 +59,13 @@ TEST(CpuAttnRes, MixMatchesDoubleReference) {
   EXPECT_LE(rel_error(out, ref), 1e-6);
 }
 
-// With u = 0 every mix is the plain average of its candidates, so the bookkeeping of §2 can be followed
-// by hand. Block size 2, four layers, one token, hidden 1; embedding e, mixer outputs a_ℓ, FFN outputs f_ℓ.
-TEST(CpuAttnRes, StreamTakesSnapshotsAtBlockBoundariesAfterTheMix) {
-  const std::vector<float> zero = {0.0f};
-  const AttnResWeights w{zero.data(), zero.data()};
-  AttnResStream s(1, 1, 2, 1e-5f);
-  const float e = 1.0f, a[4] = {10, 20, 30, 40}, f[4] = {100, 200, 300, 400};
-  float h = 0.0f;
-  s.begin(&e);
-
-  s.mixer_input(0, w, &h);  // bank empty: h = P = e; then B = [e], P = ∅
-  EXPECT_EQ(h, 1.0f);
-  EXPECT_EQ(s.num_snapshots(), 1);
-  s.add_mixer_output(&a[0]);  // P = a0 = 10
-  s.ffn_input(w, &h);         // avg(e, 10)
-  EXPECT_FLOAT_EQ(h, 5.5f);
-  s.add_ffn_output(&f[0]);  // P = 110
-
-  s.mixer_input(1, w, &h);  // avg(e, 110); not a boundary
-  EXPECT_FLOAT_EQ(h, 55.5f);
-  EXPECT_EQ(s.num_snapshots(), 1);
-  s.add_mixer_output(&a[1]);  // P = 130
-  s.ffn_input(w, &h);
-  EXPECT_FLOAT_EQ(h, 65.5f);
-  s.add_ffn_output(&f[1]);  // P = 330
-
-  s.mixer_input(2, w, &h);  // avg(e, 330) computed BEFORE the snapshot; then B = [e, 330], P = ∅
-  EXPECT_FLOAT_EQ(h, 165.5f);
-  EXPECT_EQ(s.num_snapshots(), 2);
-  EXPECT_TRUE(s.prefix().empty());
-  s.add_mixer_output(&a[2]);  // P restarts from a2 = 30
-  s.ffn_input(w, &h);         // avg(e, 330, 30)
-  EXPECT_FLOAT_EQ(h, 361.0f / 3.0f);
-  s.add_ffn_output(&f[2]);  // P = 330
-
-  s.mixer_input(3, w, &h);  // avg(e, 330, 330)
-  EXPECT_FLOAT_EQ(h, 661.0f / 3.0f);
-  s.add_mixer_output(&a[3]);  // P = 370
-  s.ffn_input(w, &h);
-  EXPECT_FLOAT_EQ(h, 701.0f / 3.0f);
-  s.add_ffn_output(&f[3]);  // P = 770
-
-  s.final_output(w, &h);  // avg(e, 330, 770)
-  EXPECT_FLOAT_EQ(h, 1101.0f / 3.0f);
+TEST(CpuAttnRes, NoCandidatesOrNoWeightsIsAnError) {
+  const std::vector<float> v = {1, 2}, w = {1, 1};
+  std::vector<float> out(2);
+  EXPECT_THROW(attn_res_mix({}, 1, 2, {w.data(), w.data()}, 1e-5f, out.data()), Error);
+  const float* one[] = {v.data()};
+  EXPECT_THROW(attn_res_mix(one, 1, 2, {w.data(), nullptr}, 1e-5f, out.data()), Error);
 }
-
-TEST(CpuAttnRes, BadBlockSizeIsAnError) { EXPECT_THROW(AttnResStream(1, 4, 0, 1e-5f), Error); }
 
 }  // namespace
 }  // namespace kimirt::cpu

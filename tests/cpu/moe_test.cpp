@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 #include <vector>
 
 #include "kimirt/base/error.h"
@@ -136,9 +137,43 @@ TEST(CpuMoe, RoutedExpertsWeightEachExpertOutput) {
   const std::vector<int32_t> ids = {1, 0};
   const std::vector<float> w = {0.25f, 0.75f};
   float y = 0.0f;
-  routed_experts(ex, 1, 1, GluActivation::silu(), z.data(), 1, ids.data(), w.data(), 2, &y);
+  routed_experts({ex, 0, 2}, 1, 1, GluActivation::silu(), z.data(), 1, ids.data(), w.data(), 2, &y);
   const double s = testing::ref_silu(2.0);
   EXPECT_NEAR(y, 0.75 * s * 2.0 + 0.25 * (-(s * 4.0)), 1e-6);
+}
+
+// Under expert parallelism each rank runs its shard of the experts on the choices that name them; the ranks'
+// sums add up to the unsharded result, and run_expert_rows hands every row of the shard to its expert once.
+TEST(CpuMoe, ExpertShardsAddUpToAllExperts) {
+  const int64_t width = 16, inter = 8, tokens = 6, top_k = 3, num = 6;
+  std::vector<Expert> experts;
+  std::vector<GatedMlpWeights> w;
+  for (int64_t e = 0; e < num; ++e) experts.push_back(make_expert(width, inter, 300 + 3 * static_cast<uint32_t>(e)));
+  for (const auto& e : experts) w.push_back({e.gate.data(), e.up.data(), e.down.data()});
+  const auto z = random_normal(tokens * width, 320);
+  const std::vector<int32_t> ids = {0, 3, 5, 1, 2, 4, 5, 0, 2, 3, 4, 1, 2, 5, 0, 1, 3, 4};
+  const auto weights = random_uniform(tokens * top_k, 321, 0.1f, 1.0f);
+  const auto act = GluActivation::silu();
+  std::vector<float> all(static_cast<size_t>(tokens * width)), sum(all.size(), 0.0f), part(all.size());
+  routed_experts({w, 0, num}, width, inter, act, z.data(), tokens, ids.data(), weights.data(), top_k, all.data());
+  for (int32_t first : {0, 2, 4}) {
+    const ExpertShard shard{std::span<const GatedMlpWeights>(w).subspan(static_cast<size_t>(first), 2), first, num};
+    routed_experts(shard, width, inter, act, z.data(), tokens, ids.data(), weights.data(), top_k, part.data());
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+    std::vector<int64_t> seen;
+    const int64_t ran = run_expert_rows(
+        shard, {width, inter}, act, ids.data(), tokens * top_k,
+        [&](int64_t p) { return z.data() + (p / top_k) * width; }, [&](int64_t p, const float*) { seen.push_back(p); });
+    std::vector<int64_t> mine;  // the shard's rows, grouped by expert, rows in order
+    for (int32_t e = first; e < first + 2; ++e) {
+      for (int64_t p = 0; p < tokens * top_k; ++p) {
+        if (ids[static_cast<size_t>(p)] == e) mine.push_back(p);
+      }
+    }
+    EXPECT_EQ(seen, mine) << "shard from " << first;
+    EXPECT_EQ(ran, static_cast<int64_t>(mine.size()));
+  }
+  EXPECT_LE(rel_error(sum, all), 1e-6);
 }
 
 TEST(CpuMoe, BadExpertIdIsAnError) {
@@ -147,7 +182,7 @@ TEST(CpuMoe, BadExpertIdIsAnError) {
   const std::vector<int32_t> ids = {3};
   const std::vector<float> w = {1.0f};
   float z = 1.0f, y = 0.0f;
-  EXPECT_THROW(routed_experts(ex, 1, 1, GluActivation::silu(), &z, 1, ids.data(), w.data(), 1, &y), Error);
+  EXPECT_THROW(routed_experts({ex, 0, 1}, 1, 1, GluActivation::silu(), &z, 1, ids.data(), w.data(), 1, &y), Error);
 }
 
 TEST(CpuMoe, ExpertCountMustMatchRouter) {

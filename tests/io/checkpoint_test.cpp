@@ -284,6 +284,36 @@ TEST(Checkpoint, TotalSizeMismatchIsAWarning) {
   EXPECT_EQ(report.warnings, ckpt.warnings());
 }
 
+// One walk for `inspect`: the report and, when it is clean, the same checkpoint open() gives; with any error,
+// no checkpoint at all.
+TEST(Checkpoint, InspectGivesTheReportAndTheOpenCheckpoint) {
+  ScratchDir dir;
+  auto l = good_layout();
+  l.total_size = 1000;  // a warning only
+  write_layout(dir.path(), l);
+  const auto inspection = inspect_checkpoint_dir(dir.path());
+  ASSERT_TRUE(inspection.report.ok()) << ::testing::PrintToString(inspection.report.errors);
+  ASSERT_TRUE(inspection.checkpoint.has_value());
+  const auto opened = Checkpoint::open(dir.path());
+  EXPECT_EQ(inspection.checkpoint->tensor_names(), opened.tensor_names());
+  EXPECT_EQ(inspection.checkpoint->config(), opened.config());
+  EXPECT_EQ(inspection.checkpoint->shards().size(), opened.shards().size());
+  EXPECT_EQ(inspection.checkpoint->warnings(), opened.warnings());
+  EXPECT_EQ(inspection.report.warnings, opened.warnings());
+  // Its tensors are readable: the table points into its own shards after the move out of the walk.
+  for (const auto& name : opened.tensor_names()) {
+    EXPECT_EQ(inspection.checkpoint->read_tensor(name).nbytes(), opened.read_tensor(name).nbytes()) << name;
+  }
+
+  auto broken = good_layout();
+  broken.weight_map["gone"] = "model-00009-of-00002.safetensors";
+  ScratchDir bad;
+  write_layout(bad.path(), broken);
+  const auto refused = inspect_checkpoint_dir(bad.path());
+  EXPECT_FALSE(refused.report.ok());
+  EXPECT_FALSE(refused.checkpoint.has_value());
+}
+
 TEST(Checkpoint, StrayModelSafetensorsBesideAnIndexIsAWarning) {
   ScratchDir dir;
   auto l = good_layout();

@@ -601,6 +601,40 @@ const BadConfig kBadConfigs[] = {
        TC(j)["moe_intermediate_size"] = 63;
      },
      "packed FP4 experts need even widths, got expert input 128 and moe_intermediate_size 63"},
+    // Sanity bounds: before them, these values ran into std::bad_alloc (a layer table of 10^12 entries).
+    {"HugeLayerCount", "k3-tiny",
+     [](json& j) {
+       TC(j)["num_hidden_layers"] = int64_t{1000000000000};
+     },
+     "text_config.num_hidden_layers is 1000000000000, over the sanity bound 65536"},
+    {"HugeVocab", "kl-tiny", [](json& j) { j["vocab_size"] = int64_t{1} << 40; },
+     "config.json: vocab_size is 1099511627776, over the sanity bound 2147483648"},
+    {"HugeExpertCount", "k3-tiny",
+     [](json& j) {
+       TC(j)["num_experts"] = int64_t{1} << 30;
+     },
+     "text_config.num_experts is 1073741824, over the sanity bound 16777215"},
+    {"TooManyExpertsInAll", "k3-tiny",
+     [](json& j) {
+       TC(j)["num_experts"] = int64_t{1} << 20;
+     },
+     "text_config.num_experts x text_config.num_hidden_layers (1048576 x 6) routed experts in all is over the "
+     "sanity bound 1048576"},
+    {"HugeHidden", "kl-tiny", [](json& j) { j["hidden_size"] = int64_t{1} << 40; },
+     "config.json: hidden_size is 1099511627776, over the sanity bound 16777216"},
+    {"HugeKdaWidth", "kl-tiny",
+     [](json& j) {
+       j["linear_attn_config"]["num_heads"] = 1 << 20;
+       j["linear_attn_config"]["head_dim"] = 1 << 20;
+     },
+     "linear_attn_config.num_heads x linear_attn_config.head_dim (1048576 x 1048576) is over the sanity bound"},
+    {"HugeContext", "k3-tiny",
+     [](json& j) {
+       TC(j)["max_position_embeddings"] = int64_t{1} << 40;
+     },
+     "text_config.max_position_embeddings is 1099511627776, over the sanity bound 2147483648"},
+    {"NegativeContext", "kl-tiny", [](json& j) { j["model_max_length"] = -1; },
+     "model_max_length must be positive, got -1"},
 };
 #undef TC
 #undef QC
@@ -631,6 +665,10 @@ TEST(Config, FromFileNamesTheFile) {
   EXPECT_THAT(error_of([&] { ModelConfig::from_file(dir / "missing.json"); }), HasSubstr("missing.json: cannot open"));
   std::ofstream(bad) << read_json("k3-tiny/config.json").dump();
   EXPECT_EQ(ModelConfig::from_file(bad).hidden_size, 256);
+  // config.json is read strictly, as io::Checkpoint reads it: a key twice is refused, not resolved.
+  std::ofstream(bad) << "{\"model_type\": \"kimi_k3\", \"model_type\": \"kimi_linear\"}";
+  EXPECT_THAT(error_of([&] { ModelConfig::from_file(bad); }),
+              HasSubstr(bad.string() + ": duplicate key \"model_type\""));
   std::ofstream(bad) << "{\"model_type\": \"kimi_k3\", \"text_config\": {\"hidden_size\": 1}}";
   EXPECT_THAT(error_of([&] { ModelConfig::from_file(bad); }),
               HasSubstr(bad.string() + ": text_config.vocab_size is missing"));

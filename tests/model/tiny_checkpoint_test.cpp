@@ -246,9 +246,15 @@ TEST(TinyCheckpoint, RefusesToOverwriteAndLeavesNothingBehindOnError) {
 
 TEST(TinyCheckpoint, DimensionsAreValidated) {
   TinyDims dims;
-  dims.top_k = 32;
+  dims.top_k = 50;
   dims.experts = 8;
-  EXPECT_EQ(tiny_config(ModelFamily::kKimiK3, dims).num_experts_per_token, 8);  // clamped to the experts
+  // Refused, not clamped: a model that silently routes to 8 experts is not the one asked for.
+  EXPECT_THAT(error_of([&] { tiny_config(ModelFamily::kKimiK3, dims); }),
+              HasSubstr("make-tiny: --top-k (50) is more than the experts per layer (8, --experts)"));
+  dims.top_k.reset();
+  EXPECT_EQ(tiny_config(ModelFamily::kKimiK3, dims).num_experts_per_token, 4);  // the default
+  dims.experts = 2;
+  EXPECT_EQ(tiny_config(ModelFamily::kKimiK3, dims).num_experts_per_token, 2);  // the default, shrunk
   dims = {};
   dims.latent = 63;  // packed FP4 needs even widths
   EXPECT_THAT(error_of([&] { tiny_config(ModelFamily::kKimiK3, dims); }), HasSubstr("even widths"));

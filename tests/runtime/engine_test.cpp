@@ -6,9 +6,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <thread>
 
+#include "common/error_of.h"
 #include "kimirt/cpu/lm_head.h"
 #include "kimirt/text/stream_decoder.h"
 #include "runtime/failing_backend.h"
@@ -348,6 +350,67 @@ TEST_F(EngineTest, TextAndStopStringsWithATokenizer) {
   EXPECT_EQ(col.at(stopped).reason, FinishReason::kStop);
   EXPECT_EQ(col.at(stopped).text, o.text.substr(0, o.text.find(stop)));
   EXPECT_LT(col.at(stopped).tokens.size(), o.tokens.size());
+}
+
+// cancel() may come from any thread while step() runs on its own: the request ends with one kCancelled
+// event, the others are untouched, and the engine goes idle with its cache free.
+TEST_F(EngineTest, CancelFromAnotherThreadWhileStepsRun) {
+  testing::TestBackend t(model_);
+  Collector col;
+  std::atomic<int> tokens{0};
+  auto collect = col.callback();
+  Engine engine(t.backend, {}, [&](const TokenEvent& e) {
+    collect(e);
+    if (e.token >= 0) tokens++;
+  });
+  const auto short_request = greedy(ids(6, 51), 4);
+  const int64_t long_id = engine.submit(greedy(ids(6, 50), 200));  // far more than it gets to make
+  const int64_t short_id = engine.submit(short_request);
+  std::thread canceller([&] {
+    while (tokens.load() < 10) std::this_thread::yield();
+    engine.cancel(long_id);
+  });
+  engine.run_until_idle();
+  canceller.join();
+  const Outcome o = col.at(long_id);
+  EXPECT_EQ(o.reason, FinishReason::kCancelled);
+  EXPECT_EQ(o.finished_events, 1);
+  EXPECT_GE(o.tokens.size(), 6u);
+  EXPECT_LT(o.tokens.size(), 200u);
+  EXPECT_EQ(col.at(short_id).tokens, alone(short_request));
+  EXPECT_TRUE(engine.idle());
+  EXPECT_EQ(engine.cache().free_slots(), engine.cache().config().max_sequences);
+  EXPECT_EQ(engine.cache().free_blocks(), engine.cache().config().num_blocks);
+}
+
+// A thread waiting for idle() (a server draining) must find every final callback done, whichever way the
+// request ended: length, max_tokens 0 at admission, cancellation.
+TEST_F(EngineTest, NotIdleWhileAFinalEventIsDelivered) {
+  testing::TestBackend t(model_);
+  std::vector<bool> idle_during_final;
+  const Engine* self = nullptr;
+  Engine engine(t.backend, {}, [&](const TokenEvent& e) {
+    if (e.finished) idle_during_final.push_back(self->idle());
+  });
+  self = &engine;
+  engine.submit(greedy(ids(5, 40), 3));
+  engine.submit(greedy(ids(5, 41), 0));
+  const int64_t cancelled = engine.submit(greedy(ids(5, 42), 50));
+  engine.step();
+  engine.cancel(cancelled);
+  engine.run_until_idle();
+  EXPECT_EQ(idle_during_final, (std::vector<bool>{false, false, false}));
+  EXPECT_TRUE(engine.idle());
+}
+
+TEST_F(EngineTest, ATokenizerWithoutEveryModelIdIsRefused) {
+  testing::TestBackend t(model_);
+  EngineConfig config;
+  // 3 ranks and the 256 special ids: 259 ids for a model of 1024.
+  config.tokenizer =
+      text::Tokenizer::from_contents("YQ== 0\nYg== 1\nYWI= 2\n", R"({"added_tokens_decoder": {}})", "tiny");
+  EXPECT_THAT(kimirt::test::error_of([&] { Engine(t.backend, config, {}); }),
+              HasSubstr("engine: the tokenizer of tiny has 259 ids, fewer than the model's vocabulary of 1024"));
 }
 
 using testing::FailingBackend;

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "runtime/delegating_backend.h"
 #include "runtime/test_util.h"
 
 namespace kimirt::runtime {
@@ -214,6 +215,81 @@ TEST_P(ForwardTest, ObserverSeesEveryTapAndTheRouterChoices) {
       for (size_t i = 0; i < stream.size(); ++i) stream[i] = (stream[i] + a[i]) + f[i];
       EXPECT_EQ(stream, rec.seen.at({Tap::kResidual, l})) << "layer " << l;
     }
+  }
+}
+
+// Every AttnRes mix the forward asks for, with its candidates' values at the time of the call.
+class MixRecorder final : public testing::DelegatingBackend {
+ public:
+  using DelegatingBackend::DelegatingBackend;
+  struct Call {
+    int layer;
+    ResSite site;
+    std::vector<std::vector<float>> candidates;
+  };
+  void attn_res_mix(int layer, ResSite site, std::span<const Act> candidates, Act out) override {
+    Call call{layer, site, {}};
+    for (Act a : candidates) {
+      std::vector<float> v(static_cast<size_t>(rows(a) * cols(a)));
+      to_host(a, 0, rows(a), v);
+      call.candidates.push_back(std::move(v));
+    }
+    calls.push_back(std::move(call));
+    DelegatingBackend::attn_res_mix(layer, site, candidates, out);
+  }
+  std::vector<Call> calls;
+};
+
+// The bank and prefix bookkeeping of Block Attention Residuals (spec §2), followed by hand from the taps
+// (embedding e, mixer outputs a_l, FFN outputs f_l) and compared with the candidates of every mix:
+//   P = e, B = []; per layer l: mix(B, P) before the mixer unless B is empty; at l mod block == 0 the
+//   snapshot B += [P] is taken AFTER that mix and P restarts from a_l, else P += a_l; mix(B, P) before the
+//   FFN; P += f_l. At the end mix(B, P).
+TEST(ForwardAttnRes, BankAndPrefixFollowTheBlockRule) {
+  for (const int64_t block : {1, 2, 4, 6}) {
+    auto config = testing::k3_tiny_config();
+    config.attn_res_block_size = block;
+    config.validate();
+    const RandomModel m(config, 16);
+    const auto ids = testing::random_ids(5, config.vocab_size, 17);
+    TestBackend t(m);
+    MixRecorder mixes(t.backend);
+    Recorder taps;
+    run_one(mixes, ids, 0, 0, LogitRows::kAll, &taps);
+
+    std::vector<std::vector<float>> bank;
+    std::vector<float> prefix = taps.seen.at({Tap::kEmbedding, -1});
+    size_t next = 0;
+    auto expect_mix = [&](int layer, ResSite site) {
+      ASSERT_LT(next, mixes.calls.size()) << "block " << block << ": no mix at layer " << layer;
+      const auto& call = mixes.calls[next++];
+      EXPECT_EQ(call.layer, layer) << "block " << block;
+      EXPECT_EQ(call.site, site) << "block " << block << ", layer " << layer;
+      ASSERT_EQ(call.candidates.size(), bank.size() + 1) << "block " << block << ", layer " << layer;
+      for (size_t i = 0; i < bank.size(); ++i) {
+        EXPECT_EQ(call.candidates[i], bank[i]) << "block " << block << ", layer " << layer << ", snapshot " << i;
+      }
+      EXPECT_EQ(call.candidates.back(), prefix) << "block " << block << ", layer " << layer << ", prefix";
+    };
+    auto add = [](std::vector<float>& p, const std::vector<float>& x) {
+      for (size_t i = 0; i < p.size(); ++i) p[i] += x[i];
+    };
+    for (int l = 0; l < config.num_layers; ++l) {
+      if (!bank.empty()) expect_mix(l, ResSite::kMixer);
+      const auto& a = taps.seen.at({Tap::kMixerOut, l});
+      if (l % block == 0) {
+        bank.push_back(prefix);
+        prefix = a;
+      } else {
+        add(prefix, a);
+      }
+      expect_mix(l, ResSite::kFfn);
+      add(prefix, taps.seen.at({Tap::kFfnOut, l}));
+    }
+    expect_mix(-1, ResSite::kOutput);
+    EXPECT_EQ(next, mixes.calls.size()) << "block " << block << ": more mixes than the rule has";
+    // Snapshots at layers 0, block, 2·block, ...: the final mix sees one per started block, plus P.
+    EXPECT_EQ(bank.size(), static_cast<size_t>((config.num_layers + block - 1) / block));
   }
 }
 

@@ -6,8 +6,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <string>
 
+#include "common/limited_child.h"
 #include "kimirt/base/error.h"
 #include "kimirt/comm/mpi_comm.h"
 
@@ -25,6 +28,22 @@ TEST(RankGroup, RunsOneThreadPerRankWithItsOwnRank) {
     seen[static_cast<size_t>(comm.rank())] = comm.size();
   });
   EXPECT_EQ(seen, (std::vector<int>{4, 4, 4, 4}));
+}
+
+TEST(RankGroup, RanksWhoseThreadsCannotStartReleaseTheOthers) {
+  if (!test::kAddressSpaceLimitWorks) GTEST_SKIP() << "sanitizer build: no address-space limit";
+  // 64 MiB of address space left: a handful of thread stacks; the ranks that start wait in a barrier for
+  // the ones that never will.
+  const int code = test::run_in_limited_child(uint64_t{64} << 20, [] {
+    try {
+      run_local_ranks(1000, [](Comm& comm) { comm.barrier(); });
+    } catch (const Error& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+      return std::string(e.what()).find("a group of 1000 ranks: only ") != std::string::npos ? 0 : 3;
+    }
+    return 2;
+  });
+  EXPECT_EQ(code, 0) << "2: every rank started; 3: another message; 134: std::terminate; 142: it hung";
 }
 
 TEST(RankGroup, AFailingRankReleasesTheOthersAndItsErrorIsRethrown) {

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -131,6 +133,98 @@ TEST(ChatTemplateKimiLinear, IdsEqualTokenizingTheText) {
   }
 }
 
+// ---- Replies: what `kimirt chat` keeps of an assistant turn for the next one. ------------------------------
+
+// The ids a model emits for `reply` after the generation prompt, ending tokens included: the suffix of the
+// history rendered with the reply as its last message.
+std::vector<TokenId> reply_ids(const ChatTemplate& t, const Tokenizer& tok, std::vector<ChatMessage> history,
+                               const ChatMessage& reply, bool thinking) {
+  const auto prompt = t.encode(tok, history, /*add_generation_prompt=*/true, thinking);
+  history.push_back(reply);
+  const auto full = t.encode(tok, history, false, thinking);
+  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), full.begin())) << "the prompt is not a prefix";
+  return std::vector<TokenId>(full.begin() + static_cast<std::ptrdiff_t>(prompt.size()), full.end());
+}
+
+void expect_message(const ChatMessage& m, const std::string& content, const std::string& reasoning) {
+  EXPECT_EQ(m.role, "assistant");
+  EXPECT_EQ(m.content, content);
+  EXPECT_EQ(m.reasoning, reasoning);
+}
+
+// The next turn must see the conversation as the model produced it: its ids are the prompt's followed by
+// the reply's, and the content holds none of the markup that ended the turn.
+TEST(ChatReplyK3, TheNextTurnEncodesTheConversationAsTheModelSawIt) {
+  const ChatTemplate t(ChatFamily::kKimiK3);
+  const Tokenizer& tok = k3_tokenizer();
+  const std::vector<ChatMessage> history = {{"user", "What is the capital of France?", "", ""}};
+  for (const bool thinking : {false, true}) {
+    const ChatMessage said{"assistant", "Paris, of course.", thinking ? "An easy one." : "", ""};
+    const auto reply = reply_ids(t, tok, history, said, thinking);
+    ASSERT_EQ(reply.back(), tok.special_id("<|end_of_msg|>"));
+    const ChatMessage parsed = t.parse_reply(tok, reply, thinking);
+    expect_message(parsed, said.content, said.reasoning);
+    auto next = history;
+    next.push_back(parsed);
+    auto expected = t.encode(tok, history, true, thinking);
+    expected.insert(expected.end(), reply.begin(), reply.end());
+    EXPECT_EQ(t.encode(tok, next, false, thinking), expected) << "thinking " << thinking;
+  }
+}
+
+TEST(ChatReplyK3, EndingIdsAndStrayMarkupAreDropped) {
+  const ChatTemplate t(ChatFamily::kKimiK3);
+  const Tokenizer& tok = k3_tokenizer();
+  const std::vector<ChatMessage> history = {{"user", "Hi", "", ""}};
+  auto reply = reply_ids(t, tok, history, {"assistant", "Hello.", "", ""}, false);
+  // The model's EOS after the end of turn (the engine stops on either), then nothing more.
+  const TokenId eos = tok.special_id("[EOS]");
+  reply.push_back(eos);
+  expect_message(t.parse_reply(tok, reply, false, std::vector<TokenId>{eos}), "Hello.", "");
+  // A special token inside the content is not shown by the terminal, and not kept.
+  std::vector<TokenId> stray = tok.encode("Hel");
+  stray.push_back(tok.special_id("[BOS]"));
+  tok.encode_append("lo.", false, stray);
+  // Then the closing markup: the reply past its content, without the EOS.
+  stray.insert(stray.end(), reply.begin() + static_cast<std::ptrdiff_t>(tok.encode("Hello.").size()), reply.end() - 1);
+  expect_message(t.parse_reply(tok, stray, false), "Hello.", "");
+}
+
+TEST(ChatReplyK3, CutShortRepliesAndBytesThatAreNotUtf8) {
+  const ChatTemplate t(ChatFamily::kKimiK3);
+  const Tokenizer& tok = k3_tokenizer();
+  // Stopped by max_tokens: no closing markup at all.
+  expect_message(t.parse_reply(tok, tok.encode("The answer is"), false), "The answer is", "");
+  // Stopped while thinking: all of it is reasoning, the response is still empty.
+  expect_message(t.parse_reply(tok, tok.encode("Let me see"), true), "", "Let me see");
+  // A lone byte 0xFF (the model may emit any byte token) becomes U+FFFD, so the next turn encodes.
+  TokenId ff = -1;
+  for (TokenId id = 0; id < tok.num_ranks() && ff < 0; ++id) {
+    if (tok.id_to_bytes(id) == "\xff") ff = id;
+  }
+  ASSERT_GE(ff, 0);
+  std::vector<TokenId> ids = tok.encode("a");
+  ids.push_back(ff);
+  const ChatMessage m = t.parse_reply(tok, ids, false);
+  expect_message(m, "a\xEF\xBF\xBD", "");
+  EXPECT_NO_THROW(t.encode(tok, std::vector<ChatMessage>{m}, false, false));
+}
+
+TEST(ChatReplyKimiLinear, TheNextTurnEncodesTheConversationAsTheModelSawIt) {
+  const ChatTemplate t(ChatFamily::kKimiLinear);
+  const Tokenizer& tok = kimi_linear_tokenizer();
+  const std::vector<ChatMessage> history = {{"user", "Hi", "", ""}};
+  const auto reply = reply_ids(t, tok, history, {"assistant", "Hello! How can I help?", "", ""}, false);
+  ASSERT_EQ(reply.back(), tok.special_id("<|im_end|>"));
+  const ChatMessage parsed = t.parse_reply(tok, reply, false);
+  expect_message(parsed, "Hello! How can I help?", "");
+  auto next = history;
+  next.push_back(parsed);
+  auto expected = t.encode(tok, history, true, false);
+  expected.insert(expected.end(), reply.begin(), reply.end());
+  EXPECT_EQ(t.encode(tok, next, false, false), expected);
+}
+
 TEST(ChatTemplate, BadMessagesAreErrors) {
   const ChatTemplate t(ChatFamily::kKimiK3);
   const auto error_of = [&](std::vector<ChatMessage> messages) {
@@ -157,6 +251,14 @@ class ModelDirectory : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
+  std::string error_of_inspect() {
+    try {
+      inspect_chat_template(dir_);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
 
   std::filesystem::path dir_;
 };
@@ -200,6 +302,15 @@ TEST_F(ModelDirectory, UndecidableFamilyIsAnError) {
   EXPECT_THROW(inspect_chat_template(dir_ / "missing"), Error);
   write("config.json", "{not json");
   EXPECT_THROW(inspect_chat_template(dir_), Error);
+}
+
+// Both files are read strictly (as io::Checkpoint reads config.json): a key twice is refused by name.
+TEST_F(ModelDirectory, DuplicateKeysAreRefused) {
+  write("config.json", R"({"model_type": "kimi_k3", "model_type": "kimi_linear"})");
+  EXPECT_THAT(error_of_inspect(), HasSubstr("config.json: duplicate key \"model_type\""));
+  write("config.json", R"({"model_type": "llama"})");
+  write("tokenizer_config.json", R"({"added_tokens_decoder": {}, "added_tokens_decoder": {}})");
+  EXPECT_THAT(error_of_inspect(), HasSubstr("tokenizer_config.json: duplicate key \"added_tokens_decoder\""));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/start_threads.h"
 
 namespace kimirt {
 
@@ -12,17 +13,22 @@ size_t hardware_threads() { return std::max<size_t>(1, std::thread::hardware_con
 
 ThreadPool::ThreadPool(size_t num_threads) {
   KIMIRT_CHECK(num_threads >= 1, "thread count must be at least 1, got {}", num_threads);
-  workers_.reserve(num_threads - 1);
-  for (size_t i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+  workers_ = start_threads(
+      num_threads - 1, fmt::format("a thread pool of {} threads", num_threads), [this](size_t) { worker_loop(); },
+      [this] { stop(); });
 }
 
 ThreadPool::~ThreadPool() {
+  stop();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
-  for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::worker_loop() {

@@ -17,7 +17,7 @@ namespace kimirt {
 class ThreadPool {
  public:
   // num_threads counts the caller: parallel_for runs one share on the calling thread, so a pool of 1
-  // starts no worker at all.
+  // starts no worker at all. Throws an Error naming num_threads when the system cannot start them all.
   explicit ThreadPool(size_t num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -36,6 +36,7 @@ class ThreadPool {
 
  private:
   void worker_loop();
+  void stop();  // workers return once the queue is empty
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

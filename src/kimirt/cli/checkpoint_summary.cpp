@@ -25,6 +25,20 @@ bool split_component(const std::string& name, std::string* base, std::string* su
   return true;
 }
 
+// Runs one stage of the summary; whatever it throws becomes one error (or warning), so that a later stage
+// still runs and a bad value (a config whose sizes exhaust memory) never ends `inspect` with a bare
+// std::bad_alloc.
+template <typename Fn>
+void stage(std::vector<std::string>& problems, std::string_view what, Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    problems.push_back(e.what());
+  } catch (const std::exception& e) {
+    problems.push_back(fmt::format("{}: {}", what, e.what()));
+  }
+}
+
 void count_weight_formats(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
   std::map<std::string, std::vector<quant::PresentTensor>> by_base;
   for (const auto& name : checkpoint.tensor_names()) {
@@ -33,24 +47,18 @@ void count_weight_formats(const io::Checkpoint& checkpoint, CheckpointSummary& s
     by_base[base].push_back({suffix, checkpoint.at(name).info->dtype});
   }
   for (const auto& [base, present] : by_base) {
-    try {
+    stage(s.errors, base, [&] {
       const auto format = quant::detect_weight_format(base, present);
       s.weights_per_format[std::string(quant::format_name(format))]++;
-    } catch (const Error& e) {
-      s.errors.push_back(e.what());
-    }
+    });
   }
 }
 
 void check_against_schema(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
-  try {
-    const auto schema = model::Schema::for_checkpoint(*s.config, model::checkpoint_keys(checkpoint));
-    for (const auto& p : schema.params()) s.parameters += static_cast<uint64_t>(shape_numel(p.shape));
-    const auto plan = model::LoadPlan::build(checkpoint, schema, model::ParallelMapping{});
-    for (const auto& key : plan.unexpected_keys()) s.warnings.push_back("unexpected tensor " + key);
-  } catch (const Error& e) {
-    s.errors.push_back(e.what());
-  }
+  const auto schema = model::Schema::for_checkpoint(*s.config, model::checkpoint_keys(checkpoint));
+  for (const auto& p : schema.params()) s.parameters += static_cast<uint64_t>(shape_numel(p.shape));
+  const auto plan = model::LoadPlan::build(checkpoint, schema, model::ParallelMapping{});
+  for (const auto& key : plan.unexpected_keys()) s.warnings.push_back("unexpected tensor " + key);
 }
 
 }  // namespace
@@ -58,37 +66,31 @@ void check_against_schema(const io::Checkpoint& checkpoint, CheckpointSummary& s
 CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir) {
   CheckpointSummary s;
   s.dir = dir;
-  const auto report = io::validate_checkpoint_dir(dir);
-  s.errors = report.errors;
-  s.warnings = report.warnings;
-  if (!report.ok()) return s;
-  try {
-    const auto checkpoint = io::Checkpoint::open(dir);
+  // One walk of the directory: the report, and the checkpoint when it has no error.
+  auto inspection = io::inspect_checkpoint_dir(dir);
+  s.errors = std::move(inspection.report.errors);
+  s.warnings = std::move(inspection.report.warnings);
+  if (!inspection.checkpoint) return s;
+  const io::Checkpoint& checkpoint = *inspection.checkpoint;
+  const std::string config_path = (dir / "config.json").string();
+  stage(s.errors, "shards", [&] {
     for (const auto& shard : checkpoint.shards()) {
       s.shards.push_back({shard.path().filename().string(), shard.file_size(), shard.tensors().size()});
       for (const auto& t : shard.tensors()) s.bytes_per_dtype[std::string(dtype_name(t.dtype))] += t.nbytes();
     }
     s.tensors = checkpoint.size();
     s.tensor_bytes = checkpoint.tensor_bytes();
-    for (const char* f : {"tiktoken.model", "tokenizer_config.json", "generation_config.json",
-                          "chat_template.jinja", "tokenization_kimi.py"}) {
+    for (const char* f : {"tiktoken.model", "tokenizer_config.json", "generation_config.json", "chat_template.jinja",
+                          "tokenization_kimi.py"}) {
       if (checkpoint.has_file(f)) s.side_files.emplace_back(f);
     }
-    count_weight_formats(checkpoint, s);
-    try {
-      s.config = model::ModelConfig::from_json(checkpoint.config(), (dir / "config.json").string());
-    } catch (const Error& e) {
-      s.errors.push_back(e.what());
-    }
-    if (s.config) check_against_schema(checkpoint, s);
-    try {
-      s.chat_template = text::inspect_chat_template(dir).describe();
-    } catch (const Error& e) {
-      s.warnings.push_back(e.what());
-    }
-  } catch (const Error& e) {
-    s.errors.push_back(e.what());
+  });
+  stage(s.errors, "weight formats", [&] { count_weight_formats(checkpoint, s); });
+  stage(s.errors, config_path, [&] { s.config = model::ModelConfig::from_json(checkpoint.config(), config_path); });
+  if (s.config) {
+    stage(s.errors, "the model's parameters", [&] { check_against_schema(checkpoint, s); });
   }
+  stage(s.warnings, "chat template", [&] { s.chat_template = text::inspect_chat_template(dir).describe(); });
   return s;
 }
 

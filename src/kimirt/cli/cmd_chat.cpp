@@ -10,18 +10,22 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "kimirt/base/error.h"
 #include "kimirt/base/thread_pool.h"
 #include "kimirt/base/timer.h"
 #include "kimirt/cli/command.h"
 #include "kimirt/cli/default_model.h"
 #include "kimirt/cli/model_files.h"
+#include "kimirt/cli/sampling_options.h"
+#include "kimirt/cli/sequence_cache.h"
 #include "kimirt/comm/comm.h"
+#include "kimirt/io/checkpoint.h"
 #include "kimirt/model/loader.h"
 #include "kimirt/runtime/backend_factory.h"
 #include "kimirt/runtime/engine.h"
 #include "kimirt/text/chat_family.h"
-#include "kimirt/text/utf8.h"
 
 namespace kimirt::cli {
 namespace {
@@ -37,42 +41,33 @@ struct ChatOptions {
   int64_t max_context = 8192;
 };
 
-// The K3 assistant turn is written in channels: with thinking on, what comes before the response channel
-// is the reasoning. Splits a reply decoded with its special tokens.
-void split_reply(const std::string& reply, text::ChatMessage& message) {
-  const std::string open_response = "<|open|>response<|sep|>";
-  const std::string close_think = "<|close|>think<|sep|>";
-  const auto r = reply.find(open_response);
-  if (r == std::string::npos) {
-    message.content = reply;
-    return;
-  }
-  std::string reasoning = reply.substr(0, r);
-  if (const auto c = reasoning.rfind(close_think); c != std::string::npos) reasoning.resize(c);
-  message.reasoning = reasoning;
-  std::string content = reply.substr(r + open_response.size());
-  if (const auto c = content.find("<|close|>response"); c != std::string::npos) content.resize(c);
-  message.content = content;
+// The model's family is the chat template's: config.json's model_type decides both (text/chat_family.h), so
+// config.json is not read a second time for it.
+text::ChatTemplate chat_template_of(const model::ModelConfig& config) {
+  return text::ChatTemplate(config.family == model::ModelFamily::kKimiK3 ? text::ChatFamily::kKimiK3
+                                                                         : text::ChatFamily::kKimiLinear);
 }
 
 void chat(const ChatOptions& o) {
   ThreadPool::set_global_threads(o.threads);
   const fs::path dir = o.model_dir.empty() ? ensure_default_model() : fs::path(o.model_dir);
   const Timer load_timer;
-  model::LoadedModel loaded = model::load_model(dir, model::ParallelMapping{});
-  const model::ModelConfig& config = loaded.config;
+  // What can be refused is refused before the weights are read: the tokenizer, and --context.
+  const io::Checkpoint checkpoint = io::Checkpoint::open(dir);
+  const model::ModelConfig config = model::ModelConfig::from_json(checkpoint.config(), (dir / "config.json").string());
   const auto tokenizer = find_tokenizer(dir, config.vocab_size);
   KIMIRT_CHECK(tokenizer.has_value(), "chat needs a tokenizer ({} in {}) of the model's vocabulary",
                text::kTiktokenModelFile, dir.string());
-  const text::ChatTemplate chat_template = text::chat_template_for(dir);
+  const text::ChatTemplate chat_template = chat_template_of(config);
+  const std::string context_flag = fmt::format("--context {}", o.max_context);
+  const runtime::CacheConfig cache = one_sequence_cache(o.max_context, config, context_flag);
 
+  model::LoadedModel loaded = model::load_model(checkpoint, model::ParallelMapping{});
   SingleComm comm;
-  runtime::CacheConfig cache;
-  cache.max_sequences = 1;
-  cache.block_size = 64;
-  cache.num_blocks = static_cast<int>((o.max_context + cache.block_size - 1) / cache.block_size);
-  auto backend = runtime::make_backend(runtime::Device::kCpu, config, loaded.params, comm, model::ParallelMapping{},
-                                       cache, runtime::MoeComm::kDirect);
+  auto backend = make_backend_for(cache, context_flag, [&] {
+    return runtime::make_backend(runtime::Device::kCpu, config, loaded.params, comm, model::ParallelMapping{}, cache,
+                                 runtime::MoeComm::kDirect);
+  });
   loaded.params = model::ParamStore();
 
   runtime::EngineConfig engine_config;
@@ -143,17 +138,22 @@ void chat(const ChatOptions& o) {
     }
     reply_ids.clear();
     reason = runtime::FinishReason::kNone;
-    engine.submit(std::move(request));
+    try {
+      engine.submit(std::move(request));
+    } catch (const Error& e) {
+      // A request the engine refuses (a stop string it cannot take, say) loses this line, not the conversation.
+      std::printf("(%s)\n", e.what());
+      history.pop_back();
+      continue;
+    }
     engine.run_until_idle();
     std::fputc('\n', stdout);
     KIMIRT_CHECK(reason != runtime::FinishReason::kError, "generation failed: {}", error);
-    // A reply may hold bytes that are not UTF-8 (a model can emit any byte token); the history keeps what
-    // the terminal showed, with U+FFFD for those, so that the next turn encodes.
-    std::string reply_text;
-    text::decode_utf8_prefix(tokenizer->decode(reply_ids), /*final=*/true, reply_text);
-    text::ChatMessage reply{"assistant", "", "", ""};
-    split_reply(reply_text, reply);
-    history.push_back(std::move(reply));
+    // The history keeps the reply without the markup that ended it (end of turn, EOS): the next turn renders
+    // that markup itself, and as template tokens, not as text.
+    std::vector<int32_t> ending = engine_config.eos_ids;
+    ending.insert(ending.end(), o.sampling.stop_ids.begin(), o.sampling.stop_ids.end());
+    history.push_back(chat_template.parse_reply(*tokenizer, reply_ids, o.thinking, ending));
   }
   std::fputc('\n', stdout);
 }
@@ -167,17 +167,10 @@ const RegisterCommand kChat("chat", 20, [](CLI::App& app) {
   cmd->add_option("-m,--model", o->model_dir, "checkpoint directory (default: the embedded default model)");
   cmd->add_option("--system", o->system, "system message");
   cmd->add_flag("--thinking", o->thinking, "K3: open the thinking channel before the response");
-  auto& sp = o->sampling;
-  cmd->add_option("-n,--max-tokens", sp.max_tokens, "tokens per reply at most")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", sp.temperature, "0 = greedy");
-  cmd->add_option("--top-k", sp.top_k, "keep the k most likely tokens (0 = off)");
-  cmd->add_option("--top-p", sp.top_p, "nucleus sampling (1 = off)");
-  cmd->add_option("--min-p", sp.min_p, "keep tokens with p >= min_p * p_max (0 = off)");
-  cmd->add_option("--seed", sp.seed, "sampling seed");
-  cmd->add_option("--repetition-penalty", sp.repetition_penalty, "Hugging Face repetition penalty (1 = off)");
-  cmd->add_option("--stop", sp.stop_strings, "stop before this text (repeatable)");
-  cmd->add_option("--context", o->max_context, "tokens the conversation may hold")->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", o->threads, "CPU threads")->check(CLI::PositiveNumber);
+  add_sampling_options(cmd, o->sampling, "tokens per reply at most");
+  cmd->add_option("--context", o->max_context, "tokens the conversation may hold (at most the model's positions)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", o->threads, "CPU threads")->check(CLI::Range(size_t{1}, kMaxThreads));
   cmd->callback([o] { chat(*o); });
 });
 

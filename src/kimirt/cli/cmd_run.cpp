@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <fmt/format.h>
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/log.h"
@@ -24,7 +24,10 @@
 #include "kimirt/cli/command.h"
 #include "kimirt/cli/default_model.h"
 #include "kimirt/cli/model_files.h"
+#include "kimirt/cli/sampling_options.h"
+#include "kimirt/cli/sequence_cache.h"
 #include "kimirt/comm/comm.h"
+#include "kimirt/io/checkpoint.h"
 #include "kimirt/io/safetensors_writer.h"
 #include "kimirt/model/loader.h"
 #include "kimirt/runtime/backend_factory.h"
@@ -43,7 +46,6 @@ struct RunOptions {
   std::string prompt;
   std::string ids;
   runtime::SamplingParams sampling;
-  std::vector<std::string> stop;
   size_t threads = hardware_threads();
   int64_t prefill_chunk = 512;
   std::string dump_logits;
@@ -70,10 +72,12 @@ void write_logits(const std::string& path, const std::vector<float>& prompt, con
 struct RankInputs {
   const RunOptions& o;
   fs::path dir;
+  const io::Checkpoint& checkpoint;  // opened once: every rank of this process loads its slice from it
   runtime::ParallelConfig parallel;
   runtime::Device device;
   runtime::GenerationRequest request;
   runtime::CacheConfig cache;
+  std::string cache_flag;  // what the cache was sized from, for errors
   std::optional<text::Tokenizer> tokenizer;
   std::vector<int32_t> eos_ids;
   const Timer& load_timer;
@@ -88,10 +92,11 @@ void run_rank(const RankInputs& in, Comm& comm) {
   const model::ParallelMapping mapping = in.parallel.mapping(comm.rank());
   model::LoadOptions load;
   load.progress = printer;
-  model::LoadedModel loaded = model::load_model(in.dir, mapping, load);
+  model::LoadedModel loaded = model::load_model(in.checkpoint, mapping, load);
   const model::ModelConfig& config = loaded.config;
-  std::unique_ptr<runtime::Backend> backend =
-      runtime::make_backend(in.device, config, loaded.params, comm, mapping, in.cache, in.parallel.moe_comm);
+  std::unique_ptr<runtime::Backend> backend = make_backend_for(in.cache, in.cache_flag, [&] {
+    return runtime::make_backend(in.device, config, loaded.params, comm, mapping, in.cache, in.parallel.moe_comm);
+  });
   loaded.params = model::ParamStore();  // the backend holds its own copies
   if (printer) {
     const std::string ranks = in.parallel.tp > 1 ? ", " + in.parallel.str() : std::string();
@@ -161,8 +166,10 @@ void run(const RunOptions& o) {
   const fs::path dir = o.model_dir.empty() ? ensure_default_model() : fs::path(o.model_dir);
 
   const Timer load_timer;
-  // The parallel layout is checked against config.json before any rank starts or loads a byte.
-  const model::ModelConfig config = model::ModelConfig::from_file(dir / "config.json");
+  // config.json and the shard headers are read once, here; the parallel layout is checked against the
+  // config before any rank starts or loads a byte.
+  const io::Checkpoint checkpoint = io::Checkpoint::open(dir);
+  const model::ModelConfig config = model::ModelConfig::from_json(checkpoint.config(), (dir / "config.json").string());
   const runtime::ParallelConfig parallel{launch.world_size, o.ep, o.attention_dp, runtime::parse_moe_comm(o.moe_comm)};
   parallel.validate(config);
   const auto tokenizer = find_tokenizer(dir, config.vocab_size);
@@ -180,16 +187,15 @@ void run(const RunOptions& o) {
     for (int32_t i = 1; i <= 8; ++i) prompt.push_back(i % static_cast<int32_t>(config.vocab_size));
   }
 
-  RankInputs in{o, dir, parallel, device, {}, {}, tokenizer, eos_ids(dir, config), load_timer};
+  RankInputs in{o, dir, checkpoint, parallel, device, {}, {}, {}, tokenizer, eos_ids(dir, config), load_timer};
   in.request.prompt = prompt;
   in.request.sampling = o.sampling;
-  in.request.sampling.stop_strings = o.stop;
   in.request.prompt_logits = in.request.step_logits = !o.dump_logits.empty();
-  // One sequence: the cache holds exactly what this request can need.
-  in.cache.max_sequences = 1;
-  in.cache.block_size = 64;
+  // One sequence: the cache holds exactly what this request can need, and never more than the model's
+  // positions (an -n past them is refused here, before a byte is loaded).
   const int64_t positions = static_cast<int64_t>(prompt.size()) + std::max(o.sampling.max_tokens, 1);
-  in.cache.num_blocks = static_cast<int>((positions + in.cache.block_size - 1) / in.cache.block_size);
+  in.cache_flag = fmt::format("-n {} (with a prompt of {} tokens)", o.sampling.max_tokens, prompt.size());
+  in.cache = one_sequence_cache(positions, config, in.cache_flag);
   runtime::run_ranks(launch, [&](Comm& comm) { run_rank(in, comm); });
 }
 
@@ -202,20 +208,8 @@ const RegisterCommand kRun("run", 10, [](CLI::App& app) {
   auto* text = cmd->add_option("-p,--prompt", o->prompt, "prompt text (needs the model's tokenizer)");
   auto* ids = cmd->add_option("--ids", o->ids, "prompt token ids, comma separated: 1,2,3");
   text->excludes(ids);
-  auto& sp = o->sampling;
-  cmd->add_option("-n,--max-tokens", sp.max_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", sp.temperature, "0 = greedy");
-  cmd->add_option("--top-k", sp.top_k, "keep the k most likely tokens (0 = off)");
-  cmd->add_option("--top-p", sp.top_p, "nucleus sampling (1 = off)");
-  cmd->add_option("--min-p", sp.min_p, "keep tokens with p >= min_p * p_max (0 = off)");
-  cmd->add_option("--seed", sp.seed, "sampling seed");
-  cmd->add_option("--repetition-penalty", sp.repetition_penalty, "Hugging Face repetition penalty (1 = off)");
-  cmd->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty");
-  cmd->add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty");
-  cmd->add_option("--stop-id", sp.stop_ids, "stop after this token id (repeatable)");
-  cmd->add_option("--stop", o->stop, "stop before this text (repeatable; needs the tokenizer)");
-  cmd->add_flag("--ignore-eos", sp.ignore_eos, "keep going past the model's EOS id");
-  cmd->add_option("--threads", o->threads, "CPU threads")->check(CLI::PositiveNumber);
+  add_sampling_options(cmd, o->sampling, "tokens to generate at most");
+  cmd->add_option("--threads", o->threads, "CPU threads")->check(CLI::Range(size_t{1}, kMaxThreads));
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "longest prompt piece per step")->check(CLI::PositiveNumber);
   cmd->add_option("--dump-logits", o->dump_logits,
                   "write prompt_logits [T, vocab] and step_logits [S, vocab] (row i chose token i) as F32 safetensors");

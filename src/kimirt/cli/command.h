@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,6 +18,10 @@ struct Command {
   // exit_code(); errors are thrown as kimirt::Error and reported by main.
   std::function<void(CLI::App& app)> setup;
 };
+
+// The most --threads a command takes: more cores than any machine has; past it, starting the threads only
+// exhausts memory.
+inline constexpr size_t kMaxThreads = 4096;
 
 std::vector<Command>& commands();
 void set_exit_code(int code);

@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/log.h"
+#include "kimirt/base/strict_json.h"
+#include "kimirt/text/tiktoken_model.h"
 
 namespace kimirt::cli {
 
@@ -28,9 +29,7 @@ std::vector<int32_t> eos_ids(const fs::path& dir, const model::ModelConfig& conf
   if (config.eos_token_id) ids.push_back(static_cast<int32_t>(*config.eos_token_id));
   const fs::path path = dir / "generation_config.json";
   if (!fs::is_regular_file(path)) return ids;
-  std::ifstream in(path);
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  KIMIRT_CHECK(!j.is_discarded(), "{}: not valid JSON", path.string());
+  const auto j = parse_json_strict_or_fail(text::read_text_file(path), path.string());
   const auto it = j.find("eos_token_id");
   if (it == j.end() || it->is_null()) return ids;
   const auto list = it->is_array() ? *it : nlohmann::json::array({*it});

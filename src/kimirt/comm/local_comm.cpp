@@ -5,6 +5,10 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
 
 #include "kimirt/base/error.h"
 #include "kimirt/tensor/float_convert.h"
@@ -16,16 +20,69 @@ class LocalCommGroup {
  public:
   explicit LocalCommGroup(int size) : size_(size), slots_(static_cast<size_t>(size)) {}
 
+  enum class Op : uint8_t { kAllReduce, kAllGather, kReduceScatter, kAllToAllV, kBroadcast, kSplit };
+
+  // What a rank passed to the collective it is in. Published before the first rendezvous, read by every rank
+  // after it, and not changed before the last one, so that no rank reads a slot while its owner rewrites it.
   struct Slot {
+    Op op = Op::kAllReduce;
     const void* send = nullptr;
-    void* recv = nullptr;
-    std::span<const size_t> counts;  // all_to_all_v send counts
+    size_t count = 0;  // elements (per rank for all_gather and reduce_scatter); unused by all_to_all_v, split
+    DType dtype = DType::kF32;
+    int root = 0;                         // broadcast
+    std::span<const size_t> counts;       // all_to_all_v send counts
+    std::span<const size_t> recv_counts;  // all_to_all_v
     int color = 0;
     int key = 0;
   };
 
   int size() const { return size_; }
   Slot& slot(int rank) { return slots_[static_cast<size_t>(rank)]; }
+
+  // What the ranks disagree about in the collective they are in (empty when nothing): read by every rank
+  // after the first rendezvous, so all see the same verdict.
+  std::string disagreement() const {
+    const Slot& first = slots_[0];
+    const std::string_view op = op_name(first.op);
+    for (int r = 1; r < size_; ++r) {
+      const Slot& s = slots_[static_cast<size_t>(r)];
+      if (s.op != first.op) {
+        return fmt::format("comm: rank {} is in {} while rank 0 is in {}: the ranks are out of step", r, op_name(s.op),
+                           op);
+      }
+      if (s.dtype != first.dtype) {
+        return fmt::format("comm: {}: rank {} passed {} elements, rank 0 {}", op, r, dtype_name(s.dtype),
+                           dtype_name(first.dtype));
+      }
+      if (s.count != first.count) {
+        return fmt::format("comm: {}: rank {} passed a count of {}, rank 0 {}", op, r, s.count, first.count);
+      }
+      if (s.root != first.root) {
+        return fmt::format("comm: {}: rank {} passed root {}, rank 0 root {}", op, r, s.root, first.root);
+      }
+    }
+    if (first.op == Op::kBroadcast && (first.root < 0 || first.root >= size_)) {
+      return fmt::format("comm: broadcast root {} outside a group of {}", first.root, size_);
+    }
+    if (first.op == Op::kAllToAllV) {
+      const auto n = static_cast<size_t>(size_);
+      for (size_t r = 0; r < n; ++r) {
+        if (slots_[r].counts.size() != n || slots_[r].recv_counts.size() != n) {
+          return fmt::format("comm: all_to_all_v: rank {} passed {} send and {} recv counts for a group of {}", r,
+                             slots_[r].counts.size(), slots_[r].recv_counts.size(), n);
+        }
+      }
+      for (size_t r = 0; r < n; ++r) {
+        for (size_t d = 0; d < n; ++d) {
+          if (slots_[r].counts[d] != slots_[d].recv_counts[r]) {
+            return fmt::format("comm: all_to_all_v: rank {} sends {} elements to rank {}, which expects {}", r,
+                               slots_[r].counts[d], d, slots_[d].recv_counts[r]);
+          }
+        }
+      }
+    }
+    return {};
+  }
 
   void arrive_and_wait() {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -48,21 +105,33 @@ class LocalCommGroup {
       if (aborted_) return;
       aborted_ = true;
       reason_ = reason;
-      for (auto& [id, group] : subgroups_) subs.push_back(group);
+      for (auto& [id, weak] : subgroups_) {
+        if (auto group = weak.lock()) subs.push_back(std::move(group));
+      }
     }
     cv_.notify_all();
     for (auto& group : subs) group->abort(reason);
   }
 
-  // The subgroup of `color` from the split numbered `split_id`, created by whichever member asks first.
+  // The subgroup of `color` from the split numbered `split_id`, created by whichever member asks first. The
+  // group holds it weakly (only to pass an abort on): it lives as long as a member's LocalComm does. Every
+  // member asks between the two rendezvous of split(), while the first one's copy is still alive.
   std::shared_ptr<LocalCommGroup> subgroup(uint64_t split_id, int color, int members) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto& group = subgroups_[{split_id, color}];
+    std::erase_if(subgroups_, [](const auto& entry) { return entry.second.expired(); });
+    auto& weak = subgroups_[{split_id, color}];
+    std::shared_ptr<LocalCommGroup> group = weak.lock();
     if (!group) {
       group = std::make_shared<LocalCommGroup>(members);
       if (aborted_) group->abort(reason_);
+      weak = group;
     }
     return group;
+  }
+  size_t live_subgroups() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(subgroups_, [](const auto& entry) { return entry.second.expired(); });
+    return subgroups_.size();
   }
   // Each rank numbers its own splits; as every rank calls split in the same order, the numbers agree.
   uint64_t next_split_id(int rank) {
@@ -77,13 +146,31 @@ class LocalCommGroup {
   std::condition_variable cv_;
   int arrived_ = 0;
   uint64_t generation_ = 0;
-  std::map<std::pair<uint64_t, int>, std::shared_ptr<LocalCommGroup>> subgroups_;
+  std::map<std::pair<uint64_t, int>, std::weak_ptr<LocalCommGroup>> subgroups_;
   std::map<int, uint64_t> split_counts_;
   bool aborted_ = false;
   std::string reason_;
 
   void throw_if_aborted() const {
     if (aborted_) fail("comm: the group was aborted: {}", reason_);
+  }
+
+  static std::string_view op_name(Op op) {
+    switch (op) {
+      case Op::kAllReduce:
+        return "all_reduce_sum";
+      case Op::kAllGather:
+        return "all_gather";
+      case Op::kReduceScatter:
+        return "reduce_scatter_sum";
+      case Op::kAllToAllV:
+        return "all_to_all_v";
+      case Op::kBroadcast:
+        return "broadcast";
+      case Op::kSplit:
+        return "split";
+    }
+    return "?";
   }
 };
 
@@ -142,6 +229,19 @@ void sum_into(DType dtype, const std::vector<const void*>& srcs, size_t offset, 
   }
 }
 
+// Publishes this rank's arguments and waits for every rank. When the ranks did not all call the same
+// collective with the same count, dtype and root (a rank out of step, a count computed differently), every
+// rank throws the same Error instead of reading past another's buffer.
+void meet(LocalCommGroup& group, int rank, const LocalCommGroup::Slot& mine) {
+  group.slot(rank) = mine;
+  group.arrive_and_wait();
+  const std::string problem = group.disagreement();
+  if (!problem.empty()) {
+    group.arrive_and_wait();  // every rank has read every slot before any may publish its next call
+    fail("{}", problem);
+  }
+}
+
 }  // namespace
 
 std::vector<std::unique_ptr<LocalComm>> LocalComm::create_group(int size) {
@@ -165,8 +265,7 @@ void LocalComm::barrier() { group_->arrive_and_wait(); }
 void LocalComm::all_reduce_sum(void* buf, size_t count, DType dtype, void*) {
   ++num_all_reduces_;
   const size_t bytes = comm_bytes(count, dtype);
-  group_->slot(rank_).send = buf;
-  barrier();
+  meet(*group_, rank_, {.op = LocalCommGroup::Op::kAllReduce, .send = buf, .count = count, .dtype = dtype});
   std::vector<const void*> srcs;
   for (int r = 0; r < size(); ++r) srcs.push_back(group_->slot(r).send);
   std::vector<uint8_t> result(bytes);
@@ -178,8 +277,7 @@ void LocalComm::all_reduce_sum(void* buf, size_t count, DType dtype, void*) {
 
 void LocalComm::all_gather(const void* send, void* recv, size_t count, DType dtype, void*) {
   const size_t bytes = comm_bytes(count, dtype);
-  group_->slot(rank_).send = send;
-  barrier();
+  meet(*group_, rank_, {.op = LocalCommGroup::Op::kAllGather, .send = send, .count = count, .dtype = dtype});
   for (int r = 0; r < size(); ++r) {
     if (bytes) std::memmove(static_cast<uint8_t*>(recv) + static_cast<size_t>(r) * bytes, group_->slot(r).send, bytes);
   }
@@ -187,8 +285,7 @@ void LocalComm::all_gather(const void* send, void* recv, size_t count, DType dty
 }
 
 void LocalComm::reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype, void*) {
-  group_->slot(rank_).send = send;
-  barrier();
+  meet(*group_, rank_, {.op = LocalCommGroup::Op::kReduceScatter, .send = send, .count = count, .dtype = dtype});
   std::vector<const void*> srcs;
   for (int r = 0; r < size(); ++r) srcs.push_back(group_->slot(r).send);
   std::vector<uint8_t> result(comm_bytes(count, dtype));
@@ -201,21 +298,18 @@ void LocalComm::reduce_scatter_sum(const void* send, void* recv, size_t count, D
 void LocalComm::all_to_all_v(const void* send, std::span<const size_t> send_counts, void* recv,
                              std::span<const size_t> recv_counts, DType dtype, void*) {
   const auto n = static_cast<size_t>(size());
-  KIMIRT_CHECK(send_counts.size() == n && recv_counts.size() == n,
-               "comm: all_to_all_v needs {} send and recv counts, got {} and {}", n, send_counts.size(),
-               recv_counts.size());
-  auto& mine = group_->slot(rank_);
-  mine.send = send;
-  mine.counts = send_counts;
-  barrier();
+  meet(*group_, rank_,
+       {.op = LocalCommGroup::Op::kAllToAllV,
+        .send = send,
+        .dtype = dtype,
+        .counts = send_counts,
+        .recv_counts = recv_counts});
   size_t recv_offset = 0;
   for (size_t r = 0; r < n; ++r) {
     const auto& peer = group_->slot(static_cast<int>(r));
     size_t send_offset = 0;
     for (int d = 0; d < rank_; ++d) send_offset += peer.counts[static_cast<size_t>(d)];
     const size_t count = peer.counts[static_cast<size_t>(rank_)];
-    KIMIRT_CHECK(count == recv_counts[r], "comm: rank {} sends {} elements to rank {}, which expects {}", r, count,
-                 rank_, recv_counts[r]);
     const size_t bytes = comm_bytes(count, dtype);
     if (bytes) {
       std::memcpy(static_cast<uint8_t*>(recv) + comm_bytes(recv_offset, dtype),
@@ -227,21 +321,19 @@ void LocalComm::all_to_all_v(const void* send, std::span<const size_t> send_coun
 }
 
 void LocalComm::broadcast(void* buf, size_t count, DType dtype, int root, void*) {
-  KIMIRT_CHECK(root >= 0 && root < size(), "comm: broadcast root {} outside a group of {}", root, size());
-  group_->slot(rank_).send = buf;
-  barrier();
+  meet(*group_, rank_,
+       {.op = LocalCommGroup::Op::kBroadcast, .send = buf, .count = count, .dtype = dtype, .root = root});
   if (rank_ != root && count) std::memcpy(buf, group_->slot(root).send, comm_bytes(count, dtype));
   barrier();
 }
 
 void LocalComm::abort(const std::string& reason) { group_->abort(reason); }
 
+size_t LocalComm::live_subgroups() const { return group_->live_subgroups(); }
+
 std::unique_ptr<Comm> LocalComm::split(int color, int key) {
-  auto& mine = group_->slot(rank_);
-  mine.color = color;
-  mine.key = key;
   const uint64_t split_id = group_->next_split_id(rank_);
-  barrier();
+  meet(*group_, rank_, {.op = LocalCommGroup::Op::kSplit, .color = color, .key = key});
   std::vector<std::pair<int, int>> members;  // (key, rank) of my color
   for (int r = 0; r < size(); ++r) {
     if (group_->slot(r).color == color) members.emplace_back(group_->slot(r).key, r);

@@ -1,7 +1,9 @@
 // In-process Comm over threads that share memory: one LocalComm per rank, all made from one group. Used
 // by the CPU tests and CPU runs of the sharded forward, so that tensor/expert parallelism is exercised
-// without GPUs. Every collective is a rendezvous of all ranks: each publishes its buffer, waits for the
-// others, reads what it needs, and waits again before anyone reuses a buffer. Sums are taken in rank
+// without GPUs. Every collective is a rendezvous of all ranks: each publishes its buffer and arguments,
+// waits for the others, checks that every rank called the same collective with the same count, dtype and
+// root (all ranks throw together otherwise), reads what it needs, and waits again before anyone reuses a
+// buffer. Sums are taken in rank
 // order, so every rank gets bit-identical results (greedy decoding must agree across ranks).
 // A rank that fails must not leave the others blocked in a rendezvous: abort() wakes them with an Error.
 #pragma once
@@ -38,6 +40,9 @@ class LocalComm final : public Comm {
   // Every rank of the group, and of the groups split from it, that waits in or later enters a collective
   // throws an Error carrying `reason`. Callable from any thread; the group cannot be used afterwards.
   void abort(const std::string& reason);
+
+  // Groups split from this one that a member still uses: the group does not keep the others alive.
+  size_t live_subgroups() const;
 
  private:
   std::shared_ptr<LocalCommGroup> group_;

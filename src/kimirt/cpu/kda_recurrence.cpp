@@ -79,6 +79,7 @@ void chunked_head(const KdaSequence& s, int64_t h, float* S, float* out, int64_t
           kk += k(i)[d] * w;
           qk += q(i)[d] * w;
         }
+        // β_i, the row's: token i's step size, as unrolling the recurrence gives (§3.4.7's β_j is a typo).
         A[i * chunk + j] = j < i ? beta(i) * kk : 0.0f;
         QK[i * chunk + j] = qk;
       }

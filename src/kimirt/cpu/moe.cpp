@@ -10,37 +10,58 @@
 
 namespace kimirt::cpu {
 
-void routed_experts(std::span<const GatedMlpWeights> experts, int64_t width, int64_t intermediate,
-                    const GluActivation& act, const float* z, int64_t tokens, const int32_t* expert_ids,
-                    const float* weights, int64_t top_k, float* y) {
-  const auto num_experts = static_cast<int64_t>(experts.size());
-  // Bucket (token, weight) pairs by expert; a bad id is an error before any work is done.
-  std::vector<std::vector<std::pair<int64_t, float>>> assigned(experts.size());
+int64_t run_expert_rows(const ExpertShard& shard, const GatedMlpDims& dims, const GluActivation& act,
+                        const int32_t* ids, int64_t rows, const std::function<const float*(int64_t)>& input,
+                        const std::function<void(int64_t, const float*)>& emit) {
+  const auto num_local = static_cast<int64_t>(shard.weights.size());
+  // Counting sort of the shard's rows by expert, keeping row order within an expert.
+  std::vector<int64_t> starts(static_cast<size_t>(num_local + 1), 0);
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t e = ids[i] - shard.first;
+    if (e >= 0 && e < num_local) ++starts[static_cast<size_t>(e + 1)];
+  }
+  for (int64_t e = 0; e < num_local; ++e) starts[static_cast<size_t>(e + 1)] += starts[static_cast<size_t>(e)];
+  std::vector<int64_t> order(static_cast<size_t>(starts.back()));
+  std::vector<int64_t> next(starts.begin(), starts.end() - 1);
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t e = ids[i] - shard.first;
+    if (e >= 0 && e < num_local) order[static_cast<size_t>(next[static_cast<size_t>(e)]++)] = i;
+  }
+  const int64_t width = dims.in;
+  std::vector<float> batch;
+  for (int64_t e = 0; e < num_local; ++e) {
+    const int64_t b = starts[static_cast<size_t>(e)], n = starts[static_cast<size_t>(e + 1)] - b;
+    if (n == 0) continue;
+    batch.resize(static_cast<size_t>(n * width));
+    for (int64_t r = 0; r < n; ++r) {
+      std::copy_n(input(order[static_cast<size_t>(b + r)]), width, batch.data() + r * width);
+    }
+    gated_mlp(dims, shard.weights[static_cast<size_t>(e)], act, batch.data(), n, batch.data());
+    for (int64_t r = 0; r < n; ++r) emit(order[static_cast<size_t>(b + r)], batch.data() + r * width);
+  }
+  return starts.back();
+}
+
+void routed_experts(const ExpertShard& shard, int64_t width, int64_t intermediate, const GluActivation& act,
+                    const float* z, int64_t tokens, const int32_t* expert_ids, const float* weights, int64_t top_k,
+                    float* y) {
+  // A bad id is an error before any work is done.
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t j = 0; j < top_k; ++j) {
       const int32_t e = expert_ids[t * top_k + j];
-      KIMIRT_CHECK(e >= 0 && e < num_experts, "routed experts: expert id {} (token {}, slot {}) outside [0, {})", e, t,
-                   j, num_experts);
-      assigned[e].emplace_back(t, weights[t * top_k + j]);
+      KIMIRT_CHECK(e >= 0 && e < shard.total, "routed experts: expert id {} (token {}, slot {}) outside [0, {})", e, t,
+                   j, shard.total);
     }
   }
   std::fill(y, y + tokens * width, 0.0f);
-  std::vector<float> rows;
-  const GatedMlpDims dims{width, intermediate};
-  for (int64_t e = 0; e < num_experts; ++e) {
-    const auto& mine = assigned[e];
-    if (mine.empty()) continue;
-    const auto n = static_cast<int64_t>(mine.size());
-    rows.resize(static_cast<size_t>(n * width));
-    for (int64_t r = 0; r < n; ++r) std::copy_n(z + mine[r].first * width, width, rows.data() + r * width);
-    gated_mlp(dims, experts[e], act, rows.data(), n, rows.data());
-    for (int64_t r = 0; r < n; ++r) {
-      float* dst = y + mine[r].first * width;
-      const float* src = rows.data() + r * width;
-      const float wgt = mine[r].second;
-      for (int64_t i = 0; i < width; ++i) dst[i] += wgt * src[i];
-    }
-  }
+  // One row per (token, slot) choice.
+  run_expert_rows(
+      shard, {width, intermediate}, act, expert_ids, tokens * top_k, [&](int64_t p) { return z + (p / top_k) * width; },
+      [&](int64_t p, const float* out) {
+        float* dst = y + (p / top_k) * width;
+        const float w = weights[p];
+        for (int64_t i = 0; i < width; ++i) dst[i] += w * out[i];
+      });
 }
 
 void moe_forward(const MoeDims& dims, const RouterConfig& router, const MoeWeights& w, const GluActivation& act,
@@ -76,8 +97,8 @@ void moe_forward(const MoeDims& dims, const RouterConfig& router, const MoeWeigh
     expert_in = z.data();
   }
   std::vector<float> y(static_cast<size_t>(tokens * width));
-  routed_experts(w.experts, width, dims.expert_intermediate, act, expert_in, tokens, ids.data(), weights.data(), k,
-                 y.data());
+  routed_experts({w.experts, 0, router.num_experts}, width, dims.expert_intermediate, act, expert_in, tokens,
+                 ids.data(), weights.data(), k, y.data());
   if (latent) {
     // The combined latent is normalized only once every expert's share is in (the TP/EP rule of §3.7).
     if (w.latent_norm) rms_norm(y.data(), w.latent_norm, y.data(), tokens, width, dims.latent_norm_eps);

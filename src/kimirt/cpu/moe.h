@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "kimirt/cpu/activation.h"
@@ -30,11 +31,29 @@ struct MoeWeights {
   const float* latent_up = nullptr;    // routed_expert_up_proj [H, L]
 };
 
-// Routed experts only: y[t] = Σ_j weights[t, j] · expert_{ids[t, j]}(z[t]), z and y [tokens, width],
-// ids/weights [tokens, top_k]. Summed in fp32, expert by expert. y must not overlap z.
-void routed_experts(std::span<const GatedMlpWeights> experts, int64_t width, int64_t intermediate,
-                    const GluActivation& act, const float* z, int64_t tokens, const int32_t* expert_ids,
-                    const float* weights, int64_t top_k, float* y);
+// The routed experts one rank holds: ids first .. first + weights.size() − 1 of the model's `total` (all of
+// them, first 0, without expert parallelism).
+struct ExpertShard {
+  std::span<const GatedMlpWeights> weights;
+  int32_t first = 0;
+  int64_t total = 0;
+};
+
+// Row i goes through expert ids[i] when the shard holds it (other rows are another rank's and skipped):
+// emit(i, result[width]) with the result of input(i)[width]. The rows of one expert go through it as one
+// matrix; experts run in id order, each one's rows in row order, and emit sees them in that order. Returns
+// the number of rows run.
+int64_t run_expert_rows(const ExpertShard& shard, const GatedMlpDims& dims, const GluActivation& act,
+                        const int32_t* ids, int64_t rows, const std::function<const float*(int64_t row)>& input,
+                        const std::function<void(int64_t row, const float* result)>& emit);
+
+// Routed experts only: y[t] = Σ_j weights[t, j] · expert_{ids[t, j]}(z[t]) over the choices whose expert the
+// shard holds (all of them without expert parallelism; the other ranks add the rest), z and y [tokens, width],
+// ids/weights [tokens, top_k]. Summed in fp32, expert by expert in id order, so that a sum over ranks in rank
+// order equals the unsharded one. An id outside [0, shard.total) is an error. y must not overlap z.
+void routed_experts(const ExpertShard& shard, int64_t width, int64_t intermediate, const GluActivation& act,
+                    const float* z, int64_t tokens, const int32_t* expert_ids, const float* weights, int64_t top_k,
+                    float* y);
 
 // Optional per-call outputs of moe_forward, for inspection and tests.
 struct MoeRoutes {

@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "kimirt/base/log.h"
+#include "kimirt/base/strict_json.h"
 #include "kimirt/io/posix_file.h"
-#include "kimirt/io/strict_json.h"
 
 namespace kimirt::io {
 
@@ -219,19 +219,24 @@ Checkpoint Checkpoint::open(const fs::path& dir) {
   return c;
 }
 
-CheckpointReport validate_checkpoint_dir(const fs::path& dir) {
-  CheckpointReport report;
-  CheckpointBuilder builder(&report.errors);
+CheckpointInspection inspect_checkpoint_dir(const fs::path& dir) {
+  CheckpointInspection out;
+  CheckpointBuilder builder(&out.report.errors);
   try {
-    builder.build(dir);
+    Checkpoint c = builder.build(dir);
+    if (out.report.ok()) out.checkpoint = std::move(c);
   } catch (const std::exception& e) {
     // Not an input problem we know how to describe (out of memory, a filesystem error mid-walk): still a
     // report, never a crash of the tool asking.
-    report.errors.push_back(fmt::format("{}: {}", dir.string(), e.what()));
+    out.report.errors.push_back(fmt::format("{}: {}", dir.string(), e.what()));
+    out.checkpoint.reset();
   }
-  report.warnings = builder.take_warnings();
-  return report;
+  out.report.warnings = builder.take_warnings();
+  if (out.checkpoint) out.checkpoint->warnings_ = out.report.warnings;
+  return out;
 }
+
+CheckpointReport validate_checkpoint_dir(const fs::path& dir) { return inspect_checkpoint_dir(dir).report; }
 
 const Checkpoint::TensorRef* Checkpoint::find(std::string_view name) const {
   auto it = std::lower_bound(by_name_.begin(), by_name_.end(), name,

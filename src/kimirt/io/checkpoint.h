@@ -23,6 +23,8 @@
 
 namespace kimirt::io {
 
+struct CheckpointInspection;
+
 class Checkpoint {
  public:
   struct TensorRef {
@@ -60,6 +62,7 @@ class Checkpoint {
 
  private:
   friend class CheckpointBuilder;
+  friend CheckpointInspection inspect_checkpoint_dir(const std::filesystem::path& dir);
   Checkpoint() = default;
 
   std::filesystem::path dir_;
@@ -80,5 +83,13 @@ struct CheckpointReport {
 // A shard whose header is broken is reported with all its header problems and left out of the index
 // cross-check, so its keys do not also show up as "missing".
 CheckpointReport validate_checkpoint_dir(const std::filesystem::path& dir);
+
+// validate_checkpoint_dir and, when it finds no error, the open Checkpoint from the same walk: the index and
+// every shard header are parsed once (Checkpoint::open after validate_checkpoint_dir parses them twice).
+struct CheckpointInspection {
+  CheckpointReport report;
+  std::optional<Checkpoint> checkpoint;  // set exactly when report.ok()
+};
+CheckpointInspection inspect_checkpoint_dir(const std::filesystem::path& dir);
 
 }  // namespace kimirt::io

@@ -75,6 +75,9 @@ std::string_view kind_name(SafetensorsError::Kind kind) {
 
 CheckpointError::CheckpointError(Kind kind, std::string_view message) : Error(std::string(message)), kind_(kind) {}
 
+CheckpointError::CheckpointError(Kind kind, std::string_view where, std::string_view detail)
+    : CheckpointError(kind, fmt::format("{}: {}", where, detail)) {}
+
 std::string_view kind_name(CheckpointError::Kind kind) {
   using K = CheckpointError::Kind;
   switch (kind) {

@@ -76,6 +76,8 @@ class CheckpointError : public Error {
   };
 
   CheckpointError(Kind kind, std::string_view message);
+  // "<where>: <detail>"
+  CheckpointError(Kind kind, std::string_view where, std::string_view detail);
   Kind kind() const { return kind_; }
 
  private:

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/start_threads.h"
 #include "kimirt/base/timer.h"
 
 namespace kimirt::io {
@@ -203,8 +204,16 @@ class Engine {
   ReadStats run(int threads) {
     const Timer timer;
     std::vector<std::thread> workers;
-    workers.reserve(static_cast<size_t>(threads));
-    for (int t = 0; t < threads; ++t) workers.emplace_back([this] { work(); });
+    try {
+      workers = start_threads(
+          static_cast<size_t>(threads), "read engine", [this](size_t) { work(); },
+          [this] {
+            stop_.store(true);
+            ring_.interrupt();
+          });
+    } catch (...) {
+      fail_with(std::current_exception());  // the workers that did start are joined already
+    }
     for (auto& w : workers) w.join();
     try {
       ring_.fence_all();  // nothing may still read a buffer when the ring frees it

@@ -8,7 +8,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "kimirt/io/strict_json.h"
+#include "kimirt/base/strict_json.h"
+#include "kimirt/io/reporter.h"
 
 namespace kimirt::io {
 namespace {
@@ -19,30 +20,6 @@ using Kind = SafetensorsError::Kind;
 // A valid header nests three deep (root > entry > shape); the bound only keeps hostile input cheap.
 constexpr size_t kMaxHeaderDepth = 16;
 
-// Either throws the first problem or collects them all, so that one code path serves the loader (fail
-// fast) and `inspect` (report everything).
-class Reporter {
- public:
-  Reporter(std::string_view file, std::vector<SafetensorsError>* sink) : file_(file), sink_(sink) {}
-
-  void operator()(Kind kind, std::string_view tensor, std::string_view detail) {
-    SafetensorsError error(kind, file_, std::string(tensor), detail);
-    if (sink_ == nullptr) throw error;
-    sink_->push_back(std::move(error));
-  }
-
- private:
-  std::string file_;
-  std::vector<SafetensorsError>* sink_;
-};
-
-// A JSON value for a message, cut short: the value came from an untrusted file and may be huge.
-std::string brief(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return text;
-}
-
 std::string_view json_type(const json& value) { return value.type_name(); }
 
 // A non-negative integer below 2^64, or the reason it is not one. strict_json keeps the sign class of
@@ -50,11 +27,11 @@ std::string_view json_type(const json& value) { return value.type_name(); }
 std::optional<uint64_t> as_unsigned(const json& value, std::string& why) {
   if (value.is_number_unsigned()) return value.get<uint64_t>();
   if (value.is_number_integer()) {
-    why = fmt::format("{} is negative", brief(value));
+    why = fmt::format("{} is negative", json_excerpt(value));
   } else if (value.is_number_float()) {
-    why = fmt::format("{} is not an integer below 2^64", brief(value));
+    why = fmt::format("{} is not an integer below 2^64", json_excerpt(value));
   } else {
-    why = fmt::format("{} is a {}, not a number", brief(value), json_type(value));
+    why = fmt::format("{} is a {}, not a number", json_excerpt(value), json_type(value));
   }
   return std::nullopt;
 }
@@ -64,9 +41,9 @@ struct Range {
   const std::string* name;
 };
 
-std::optional<DType> check_dtype(const std::string& name, const json& value, Reporter& report) {
+std::optional<DType> check_dtype(const std::string& name, const json& value, Reporter<SafetensorsError>& report) {
   if (!value.is_string()) {
-    report(Kind::kInvalidEntry, name, fmt::format("dtype must be a string, not {}", brief(value)));
+    report(Kind::kInvalidEntry, name, fmt::format("dtype must be a string, not {}", json_excerpt(value)));
     return std::nullopt;
   }
   const auto& text = value.get_ref<const std::string&>();
@@ -74,14 +51,14 @@ std::optional<DType> check_dtype(const std::string& name, const json& value, Rep
   if (is_unsupported_safetensors_dtype(text)) {
     report(Kind::kUnsupportedDtype, name, fmt::format("dtype {} is defined by safetensors but not supported", text));
   } else {
-    report(Kind::kUnknownDtype, name, fmt::format("unknown dtype {}", brief(value)));
+    report(Kind::kUnknownDtype, name, fmt::format("unknown dtype {}", json_excerpt(value)));
   }
   return std::nullopt;
 }
 
-std::optional<Shape> check_shape(const std::string& name, const json& value, Reporter& report) {
+std::optional<Shape> check_shape(const std::string& name, const json& value, Reporter<SafetensorsError>& report) {
   if (!value.is_array()) {
-    report(Kind::kInvalidEntry, name, fmt::format("shape must be an array, not {}", brief(value)));
+    report(Kind::kInvalidEntry, name, fmt::format("shape must be an array, not {}", json_excerpt(value)));
     return std::nullopt;
   }
   Shape shape;
@@ -105,7 +82,8 @@ std::optional<Shape> check_shape(const std::string& name, const json& value, Rep
 // Bytes of shape x dtype. Besides the element count, the product of the non-zero dimensions must fit too:
 // otherwise [0, 2^40, 2^40] passes as an empty tensor whose strides overflow downstream (the LiteRT bug
 // class), and the verdict would depend on the order of the dimensions.
-std::optional<uint64_t> check_size(const std::string& name, DType dtype, const Shape& shape, Reporter& report) {
+std::optional<uint64_t> check_size(const std::string& name, DType dtype, const Shape& shape,
+                                   Reporter<SafetensorsError>& report) {
   int64_t numel = 1;
   int64_t extent = 1;
   bool overflow = false;
@@ -134,17 +112,17 @@ std::optional<uint64_t> check_size(const std::string& name, DType dtype, const S
 
 // data_offsets as [BEGIN, END) with BEGIN <= END; range checks against the data section come later.
 std::optional<std::pair<uint64_t, uint64_t>> check_offsets(const std::string& name, const json& value,
-                                                           Reporter& report) {
+                                                           Reporter<SafetensorsError>& report) {
   if (!value.is_array() || value.size() != 2) {
     report(Kind::kInvalidOffsets, name,
-           fmt::format("data_offsets must be an array of two integers, not {}", brief(value)));
+           fmt::format("data_offsets must be an array of two integers, not {}", json_excerpt(value)));
     return std::nullopt;
   }
   std::string why;
   auto begin = as_unsigned(value[0], why);
   auto end = begin ? as_unsigned(value[1], why) : std::nullopt;
   if (!begin || !end) {
-    report(Kind::kInvalidOffsets, name, fmt::format("data_offsets {}: {}", brief(value), why));
+    report(Kind::kInvalidOffsets, name, fmt::format("data_offsets {}: {}", json_excerpt(value), why));
     return std::nullopt;
   }
   if (*end < *begin) {
@@ -156,14 +134,14 @@ std::optional<std::pair<uint64_t, uint64_t>> check_offsets(const std::string& na
 
 // One tensor entry. Returns the tensor when every check passes; records its byte range in `range` whenever
 // the offsets alone are well formed, so the layout checks can still run around an entry with a bad dtype.
-std::optional<TensorInfo> check_entry(const std::string& name, const json& entry, uint64_t data_size, Reporter& report,
-                                      std::optional<Range>& range) {
+std::optional<TensorInfo> check_entry(const std::string& name, const json& entry, uint64_t data_size,
+                                      Reporter<SafetensorsError>& report, std::optional<Range>& range) {
   if (name.empty()) {
     report(Kind::kInvalidEntry, name, "empty tensor name");
     return std::nullopt;
   }
   if (!entry.is_object()) {
-    report(Kind::kInvalidEntry, name, fmt::format("entry must be an object, not {}", brief(entry)));
+    report(Kind::kInvalidEntry, name, fmt::format("entry must be an object, not {}", json_excerpt(entry)));
     return std::nullopt;
   }
   bool fields_ok = true;
@@ -205,16 +183,18 @@ std::optional<TensorInfo> check_entry(const std::string& name, const json& entry
   return TensorInfo{name, *dtype, std::move(*shape), begin, end};
 }
 
-void check_metadata(const json& value, std::map<std::string, std::string>& out, Reporter& report) {
+void check_metadata(const json& value, std::map<std::string, std::string>& out, Reporter<SafetensorsError>& report) {
   if (!value.is_object()) {
-    report(Kind::kInvalidMetadata, "", fmt::format("__metadata__ must be an object of strings, not {}", brief(value)));
+    report(Kind::kInvalidMetadata, "",
+           fmt::format("__metadata__ must be an object of strings, not {}", json_excerpt(value)));
     return;
   }
   for (auto it = value.begin(); it != value.end(); ++it) {
     const std::string& key = it.key();
     const json& item = it.value();
     if (!item.is_string()) {
-      report(Kind::kInvalidMetadata, "", fmt::format("__metadata__ \"{}\" is {}, not a string", key, brief(item)));
+      report(Kind::kInvalidMetadata, "",
+             fmt::format("__metadata__ \"{}\" is {}, not a string", key, json_excerpt(item)));
       continue;
     }
     out.emplace(key, item.get<std::string>());
@@ -223,7 +203,7 @@ void check_metadata(const json& value, std::map<std::string, std::string>& out, 
 
 // Sorted by offsets, the ranges must tile [0, data_size) exactly: one walk finds gaps, overlaps and
 // trailing bytes (empty tensors may sit anywhere on a boundary).
-void check_layout(std::vector<Range> ranges, uint64_t data_size, Reporter& report) {
+void check_layout(std::vector<Range> ranges, uint64_t data_size, Reporter<SafetensorsError>& report) {
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
     return std::tie(a.begin, a.end, *a.name) < std::tie(b.begin, b.end, *b.name);
   });
@@ -263,7 +243,7 @@ void check_layout(std::vector<Range> ranges, uint64_t data_size, Reporter& repor
   }
 }
 
-SafetensorsHeader parse(std::string_view bytes, uint64_t data_size, Reporter& report) {
+SafetensorsHeader parse(std::string_view bytes, uint64_t data_size, Reporter<SafetensorsError>& report) {
   SafetensorsHeader header;
   if (auto bad = find_invalid_utf8(bytes)) {
     report(Kind::kInvalidUtf8, "", fmt::format("header byte {} is not valid UTF-8", *bad));
@@ -318,14 +298,14 @@ SafetensorsHeader parse(std::string_view bytes, uint64_t data_size, Reporter& re
 
 SafetensorsHeader parse_safetensors_header(std::string_view header_bytes, uint64_t data_size,
                                            std::string_view file_label) {
-  Reporter report(file_label, nullptr);
+  Reporter<SafetensorsError> report(file_label, nullptr);
   return parse(header_bytes, data_size, report);
 }
 
 std::vector<SafetensorsError> find_safetensors_header_problems(std::string_view header_bytes, uint64_t data_size,
                                                                std::string_view file_label) {
   std::vector<SafetensorsError> problems;
-  Reporter report(file_label, &problems);
+  Reporter<SafetensorsError> report(file_label, &problems);
   parse(header_bytes, data_size, report);
   return problems;
 }

@@ -12,9 +12,9 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "kimirt/base/strict_json.h"
 #include "kimirt/io/posix_file.h"
 #include "kimirt/io/safetensors_header.h"
-#include "kimirt/io/strict_json.h"
 
 namespace kimirt::io {
 namespace {

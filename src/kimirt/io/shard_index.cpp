@@ -5,8 +5,9 @@
 
 #include <fmt/format.h>
 
+#include "kimirt/base/strict_json.h"
 #include "kimirt/io/posix_file.h"
-#include "kimirt/io/strict_json.h"
+#include "kimirt/io/reporter.h"
 
 namespace kimirt::io {
 namespace {
@@ -17,36 +18,17 @@ using Kind = CheckpointError::Kind;
 // The released K3 index lists about half a million keys (~60 MB); anything near this is not an index.
 constexpr uint64_t kMaxIndexBytes = uint64_t{1} << 30;
 
-class Reporter {
- public:
-  Reporter(std::string_view label, std::vector<CheckpointError>* sink) : label_(label), sink_(sink) {}
-  void operator()(Kind kind, std::string_view detail) {
-    CheckpointError error(kind, fmt::format("{}: {}", label_, detail));
-    if (sink_ == nullptr) throw error;
-    sink_->push_back(std::move(error));
-  }
-
- private:
-  std::string label_;
-  std::vector<CheckpointError>* sink_;
-};
-
-std::string brief(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return text;
-}
-
-void parse_metadata(const json& metadata, std::optional<uint64_t>& total_size, Reporter& report) {
+void parse_metadata(const json& metadata, std::optional<uint64_t>& total_size, Reporter<CheckpointError>& report) {
   if (!metadata.is_object()) {
-    report(Kind::kInvalidIndex, fmt::format("\"metadata\" must be an object, not {}", brief(metadata)));
+    report(Kind::kInvalidIndex, fmt::format("\"metadata\" must be an object, not {}", json_excerpt(metadata)));
     return;
   }
   // Other metadata keys (total_parameters, ...) are free-form.
   auto it = metadata.find("total_size");
   if (it == metadata.end()) return;
   if (!it->is_number_unsigned()) {
-    report(Kind::kInvalidIndex, fmt::format("metadata.total_size must be a non-negative integer, not {}", brief(*it)));
+    report(Kind::kInvalidIndex,
+           fmt::format("metadata.total_size must be a non-negative integer, not {}", json_excerpt(*it)));
     return;
   }
   total_size = it->get<uint64_t>();
@@ -80,7 +62,7 @@ const std::string* ShardIndex::file_of(std::string_view tensor) const {
 }
 
 ShardIndex ShardIndex::parse_into(std::string_view text, std::string_view label, std::vector<CheckpointError>* sink) {
-  Reporter report(label, sink);
+  Reporter<CheckpointError> report(label, sink);
   ShardIndex index;
   JsonProblem problem;
   auto root = parse_json_strict(text, problem);
@@ -107,7 +89,7 @@ ShardIndex ShardIndex::parse_into(std::string_view text, std::string_view label,
   }
   const json& map = *map_it;
   if (!map.is_object()) {
-    report(Kind::kInvalidIndex, fmt::format("\"weight_map\" must be an object, not {}", brief(map)));
+    report(Kind::kInvalidIndex, fmt::format("\"weight_map\" must be an object, not {}", json_excerpt(map)));
     return index;
   }
   if (map.empty()) report(Kind::kInvalidIndex, "\"weight_map\" lists no tensors");
@@ -123,13 +105,13 @@ ShardIndex ShardIndex::parse_into(std::string_view text, std::string_view label,
     }
     if (!value.is_string()) {
       report(Kind::kInvalidIndex,
-             fmt::format("weight_map[\"{}\"] must be a file name string, not {}", name, brief(value)));
+             fmt::format("weight_map[\"{}\"] must be a file name string, not {}", name, json_excerpt(value)));
       continue;
     }
     const auto& file = value.get_ref<const std::string&>();
     std::string why;
     if (!is_plain_shard_name(file, &why)) {
-      report(Kind::kBadShardName, fmt::format("weight_map[\"{}\"] = {}: {}", name, brief(value), why));
+      report(Kind::kBadShardName, fmt::format("weight_map[\"{}\"] = {}: {}", name, json_excerpt(value), why));
       continue;
     }
     file_ids.emplace(file, 0);

@@ -1,7 +1,9 @@
 // ModelConfig validation and the released presets. JSON reading and writing live in config_json.cpp.
 #include "kimirt/model/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "kimirt/base/error.h"
 
@@ -25,6 +27,9 @@ class Checker {
   void at_least(int64_t v, int64_t lo, std::string_view key) const {
     check(v >= lo, "{} must be at least {}, got {}", f(key), lo, v);
   }
+  void at_most(int64_t v, int64_t hi, std::string_view key) const {
+    check(v <= hi, "{} is {}, over the sanity bound {}", f(key), v, hi);
+  }
 
  private:
   const std::string& source_;
@@ -39,6 +44,51 @@ std::vector<LayerMixer> k3_layer_mixers(int64_t layers, int64_t period) {
   return m;
 }
 
+// Upper bounds first: the checks after these may walk every layer, and the schema built from a valid config
+// holds a parameter per routed expert.
+void check_bounds(const ModelConfig& m, const Checker& c) {
+  const std::string lac = "linear_attn_config.";
+  c.at_most(m.vocab_size, kMaxVocab, "vocab_size");
+  c.at_most(m.num_layers, kMaxLayers, "num_hidden_layers");
+  c.at_most(m.num_experts, kMaxExperts, "num_experts");
+  const std::pair<int64_t, std::string> widths[] = {
+      {m.hidden_size, "hidden_size"},
+      {m.intermediate_size, "intermediate_size"},
+      {m.mla_num_heads, "num_attention_heads"},
+      {m.q_lora_rank.value_or(0), "q_lora_rank"},
+      {m.kv_lora_rank, "kv_lora_rank"},
+      {m.qk_nope_head_dim, "qk_nope_head_dim"},
+      {m.qk_rope_head_dim, "qk_rope_head_dim"},
+      {m.v_head_dim, "v_head_dim"},
+      {m.kda_num_heads, lac + "num_heads"},
+      {m.kda_head_dim, lac + "head_dim"},
+      {m.kda_conv_kernel, lac + "short_conv_kernel_size"},
+      {m.num_shared_experts, "num_shared_experts"},
+      {m.moe_intermediate_size, "moe_intermediate_size"},
+      {m.routed_expert_hidden_size.value_or(0), "routed_expert_hidden_size"},
+  };
+  for (const auto& [v, key] : widths) c.at_most(v, kMaxWidth, key);
+  // Every factor is at most 2^24 now, and negative ones (refused below) count as 0: no product overflows.
+  auto nn = [](int64_t v) { return std::max<int64_t>(v, 0); };
+  c.check(nn(m.kda_num_heads) * nn(m.kda_head_dim) <= kMaxWidth, "{} x {} ({} x {}) is over the sanity bound {}",
+          c.f(lac + "num_heads"), c.f(lac + "head_dim"), m.kda_num_heads, m.kda_head_dim, kMaxWidth);
+  const int64_t mla_head = std::max(nn(m.qk_nope_head_dim) + nn(m.qk_rope_head_dim), nn(m.v_head_dim));
+  c.check(nn(m.mla_num_heads) * mla_head <= kMaxWidth, "{} x the head dim ({} x {}) is over the sanity bound {}",
+          c.f("num_attention_heads"), m.mla_num_heads, mla_head, kMaxWidth);
+  c.check(nn(m.num_shared_experts) * nn(m.moe_intermediate_size) <= kMaxWidth,
+          "{} x {} ({} x {}) is over the sanity bound {}", c.f("num_shared_experts"), c.f("moe_intermediate_size"),
+          m.num_shared_experts, m.moe_intermediate_size, kMaxWidth);
+  c.check(nn(m.num_experts) * nn(m.num_layers) <= kMaxRoutedExperts,
+          "{} x {} ({} x {}) routed experts in all is over the sanity bound {}", c.f("num_experts"),
+          c.f("num_hidden_layers"), m.num_experts, m.num_layers, kMaxRoutedExperts);
+  if (m.max_position_embeddings) {
+    c.at_most(*m.max_position_embeddings, kMaxPositions,
+              m.family == ModelFamily::kKimiLinear ? "model_max_length" : "max_position_embeddings");
+    c.positive(*m.max_position_embeddings,
+               m.family == ModelFamily::kKimiLinear ? "model_max_length" : "max_position_embeddings");
+  }
+}
+
 }  // namespace
 
 std::string_view family_name(ModelFamily family) { return family == ModelFamily::kKimiK3 ? "kimi_k3" : "kimi_linear"; }
@@ -46,6 +96,8 @@ std::string_view family_name(ModelFamily family) { return family == ModelFamily:
 void ModelConfig::validate(const std::string& source) const {
   const Checker c(source, field_prefix());
   const std::string lac = "linear_attn_config.";
+
+  check_bounds(*this, c);
 
   c.positive(vocab_size, "vocab_size");
   c.positive(hidden_size, "hidden_size");

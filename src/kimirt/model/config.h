@@ -26,6 +26,16 @@ enum class HiddenAct : uint8_t { kSilu, kSitu };
 
 std::string_view family_name(ModelFamily family);  // "kimi_linear" / "kimi_k3" (the model_type)
 
+// Sanity bounds of validate(): far above any released model (K3: 93 layers, 896 experts, hidden 7168,
+// vocabulary 163,840, a million positions), low enough that nothing derived from a config (layer and
+// parameter tables, shapes, byte counts) overflows or exhausts memory before a checkpoint byte is read.
+inline constexpr int64_t kMaxLayers = int64_t{1} << 16;
+inline constexpr int64_t kMaxExperts = (int64_t{1} << 24) - 1;
+inline constexpr int64_t kMaxRoutedExperts = int64_t{1} << 20;  // MoE layers x num_experts: the schema's size
+inline constexpr int64_t kMaxWidth = int64_t{1} << 24;          // any width, heads x head_dim included
+inline constexpr int64_t kMaxVocab = int64_t{1} << 31;          // token ids are int32
+inline constexpr int64_t kMaxPositions = int64_t{1} << 31;      // positions are int32 in the caches
+
 struct ModelConfig {
   ModelFamily family = ModelFamily::kKimiK3;
 

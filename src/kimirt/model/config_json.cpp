@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/strict_json.h"
 #include "kimirt/model/config.h"
 #include "kimirt/model/json_fields.h"
 
@@ -52,6 +53,10 @@ void parse_text_fields(const JsonFields& t, ModelConfig& c) {
   c.hidden_size = t.get_int("hidden_size");
   c.num_layers = t.get_int("num_hidden_layers");
   if (c.num_layers <= 0) t.fail_field("num_hidden_layers", fmt::format("must be positive, got {}", c.num_layers));
+  // Checked before the layer maps are read into a table of this many entries (validate() checks it again).
+  if (c.num_layers > kMaxLayers) {
+    t.fail_field("num_hidden_layers", fmt::format("is {}, over the sanity bound {}", c.num_layers, kMaxLayers));
+  }
   c.intermediate_size = t.int_or("intermediate_size", 0);
   c.first_k_dense_replace = t.int_or("first_k_dense_replace", 0);
   c.moe_layer_freq = t.int_or("moe_layer_freq", 1);
@@ -310,13 +315,7 @@ ModelConfig ModelConfig::from_file(const std::filesystem::path& path) {
   KIMIRT_CHECK(in.good(), "{}: cannot open", path.string());
   std::stringstream buffer;
   buffer << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(buffer.str());
-  } catch (const json::parse_error& e) {
-    fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
-  return from_json(j, path.string());
+  return from_json(parse_json_strict_or_fail(buffer.str(), path.string()), path.string());
 }
 
 nlohmann::json ModelConfig::to_json() const {

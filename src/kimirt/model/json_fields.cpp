@@ -3,15 +3,13 @@
 #include <cmath>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/strict_json.h"
 
 namespace kimirt::model {
 namespace {
 
-std::string shown(const nlohmann::json& v) {
-  std::string s = v.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
+// Config values are short; 60 characters show a whole list of layer ids.
+std::string shown(const nlohmann::json& v) { return json_excerpt(v, 60); }
 
 }  // namespace
 

@@ -230,9 +230,12 @@ void ParamStoreTarget::abandon() noexcept {
 ParamStore ParamStoreTarget::take() { return std::move(store_); }
 
 LoadedModel load_model(const std::filesystem::path& dir, const ParallelMapping& mapping, const LoadOptions& options) {
-  const io::Checkpoint checkpoint = io::Checkpoint::open(dir);
+  return load_model(io::Checkpoint::open(dir), mapping, options);
+}
+
+LoadedModel load_model(const io::Checkpoint& checkpoint, const ParallelMapping& mapping, const LoadOptions& options) {
   LoadedModel out;
-  out.config = ModelConfig::from_json(checkpoint.config(), (dir / "config.json").string());
+  out.config = ModelConfig::from_json(checkpoint.config(), (checkpoint.dir() / "config.json").string());
   out.schema = std::make_unique<Schema>(Schema::for_checkpoint(out.config, checkpoint_keys(checkpoint)));
   out.params = load_params(checkpoint, *out.schema, mapping, options);
   return out;

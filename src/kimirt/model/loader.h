@@ -74,5 +74,9 @@ struct LoadedModel {
 
 LoadedModel load_model(const std::filesystem::path& dir, const ParallelMapping& mapping,
                        const LoadOptions& options = {});
+// The same from a checkpoint already open (its config.json and headers parsed once for every rank of a
+// process: ranks on threads may share it, it is only read).
+LoadedModel load_model(const io::Checkpoint& checkpoint, const ParallelMapping& mapping,
+                       const LoadOptions& options = {});
 
 }  // namespace kimirt::model

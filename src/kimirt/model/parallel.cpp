@@ -239,7 +239,12 @@ std::string ParamSlice::describe() const {
 }
 
 ParamSlice slice_param(const Schema& schema, const ParamSpec& spec, const ParallelMapping& m) {
-  const ModelConfig& c = schema.config();
+  ParamSlice out = slice_logical(schema.config(), spec, m);
+  if (out.held()) add_component_slices(schema, out);
+  return out;
+}
+
+ParamSlice slice_logical(const ModelConfig& c, const ParamSpec& spec, const ParallelMapping& m) {
   ParamSlice out;
   out.spec = &spec;
   if (spec.expert >= 0) {
@@ -265,7 +270,6 @@ ParamSlice slice_param(const Schema& schema, const ParamSpec& spec, const Parall
     out.logical = stacked(spec, cut.dim, out.begin, out.end);
   }
   out.local_shape = out.logical.dst_shape;
-  add_component_slices(schema, out);
   return out;
 }
 

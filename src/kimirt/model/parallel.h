@@ -85,6 +85,9 @@ struct ParamSlice {
 // This rank's slice of one parameter. The mapping must be valid for the schema's config (validate(config)).
 // Throws naming the tensor when the slice cuts a quantization block.
 ParamSlice slice_param(const Schema& schema, const ParamSpec& spec, const ParallelMapping& mapping);
+// The same in logical coordinates only (`components` left empty): what a rank holds whatever the storage
+// format, for a consumer of already-loaded parameters that must not re-derive formats from the config.
+ParamSlice slice_logical(const ModelConfig& config, const ParamSpec& spec, const ParallelMapping& mapping);
 // validate(config), then every parameter's slice in schema order (not-held experts included).
 std::vector<ParamSlice> slice_all(const Schema& schema, const ParallelMapping& mapping);
 

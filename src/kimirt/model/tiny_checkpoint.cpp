@@ -264,7 +264,11 @@ ModelConfig tiny_config(ModelFamily family, const TinyDims& dims, ExpertStorage 
   c.kda_head_dim = head_dim;
   c.kda_conv_kernel = 4;
   c.num_experts = dims.experts.value_or(k3 ? 16 : 8);
-  c.num_experts_per_token = std::min(dims.top_k.value_or(k3 ? 4 : 2), c.num_experts);
+  // The default top-k shrinks with a small --experts; a --top-k given is taken as it is or refused.
+  KIMIRT_CHECK(!dims.top_k || *dims.top_k <= c.num_experts,
+               "make-tiny: --top-k ({}) is more than the experts per layer ({}, --experts)", dims.top_k.value_or(0),
+               c.num_experts);
+  c.num_experts_per_token = dims.top_k.value_or(std::min<int64_t>(k3 ? 4 : 2, c.num_experts));
   c.num_shared_experts = dims.shared_experts.value_or(k3 ? 2 : 1);
   c.moe_intermediate_size = dims.moe_intermediate.value_or(k3 ? 64 : 32);
   if (k3) {

@@ -1,7 +1,10 @@
-// Executes slice rules: copies rectangular regions of stored tensors into a rank's local tensor, byte by byte.
-// The rules themselves are computed by model/parallel (which rows, columns, heads or experts a rank holds)
-// and by quant/weight_format (how a logical region maps onto packed data and scale grids); this file only
-// moves bytes, so it works for every dtype, packed FP4 included, without knowing the model.
+// Slice rules and the reference executor of them. The rules (Region, RegionCopy, SliceRule) are computed by
+// model/parallel (which rows, columns, heads or experts a rank holds) and quant/weight_format (how a logical
+// region maps onto packed data and scale grids), and the loader executes them on staged bytes through
+// model/load_plan's region_blocks. copy_region and apply_slice* below are NOT on that path: they copy whole
+// tensors in memory, element by element, as the plainest statement of what a rule means, and serve the tests
+// as the oracle the loader's output is compared with. They move bytes only, so they work for every dtype,
+// packed FP4 included, without knowing the model.
 #pragma once
 
 #include <span>

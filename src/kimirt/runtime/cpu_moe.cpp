@@ -6,6 +6,7 @@
 #include "kimirt/base/error.h"
 #include "kimirt/cpu/matmul.h"
 #include "kimirt/cpu/mlp.h"
+#include "kimirt/cpu/moe.h"
 #include "kimirt/cpu/norm.h"
 #include "kimirt/cpu/router.h"
 
@@ -88,7 +89,8 @@ void CpuMoe::direct(int layer, const CpuLayerWeights& w, const float* x, int64_t
 
   if (!config_.latent_moe()) {
     // Both branches are in model space: summed locally, then one reduction.
-    local_experts(w, x, tokens, out);
+    cpu::routed_experts(shard(w), H, dims_.expert_intermediate, dims_.act, x, tokens, ids_.data(), weights_.data(),
+                        dims_.router.top_k, out);
     if (shared) {
       shared_.resize(static_cast<size_t>(tokens * H));
       shared_partial(w, x, tokens, shared_.data());
@@ -104,7 +106,8 @@ void CpuMoe::direct(int layer, const CpuLayerWeights& w, const float* x, int64_t
   float* routed = partial_.data() + shared_size;
   z_.resize(static_cast<size_t>(tokens * width));
   cpu::matmul(x, w.latent_down, z_.data(), tokens, width, H);
-  local_experts(w, z_.data(), tokens, routed);
+  cpu::routed_experts(shard(w), width, dims_.expert_intermediate, dims_.act, z_.data(), tokens, ids_.data(),
+                      weights_.data(), dims_.router.top_k, routed);
   if (shared) shared_partial(w, x, tokens, partial_.data());
   comm_.all_reduce_sum(partial_.data(), partial_.size(), DType::kF32);
 
@@ -113,75 +116,19 @@ void CpuMoe::direct(int layer, const CpuLayerWeights& w, const float* x, int64_t
   if (shared) add_into(out, partial_.data(), tokens * H);
 }
 
-void CpuMoe::local_experts(const CpuLayerWeights& w, const float* z, int64_t tokens, float* y) {
-  const int64_t width = dims_.expert_width, k = dims_.router.top_k;
-  const auto num_local = static_cast<int64_t>(w.experts.size());
-  // The (token, slot) choices of this rank's experts, grouped by expert in id order, tokens ascending.
-  starts_.assign(static_cast<size_t>(num_local + 1), 0);
-  for (int64_t p = 0; p < tokens * k; ++p) {
-    const int64_t e = ids_[static_cast<size_t>(p)] - w.first_expert;
-    if (e >= 0 && e < num_local) ++starts_[static_cast<size_t>(e + 1)];
-  }
-  for (int64_t e = 0; e < num_local; ++e) starts_[static_cast<size_t>(e + 1)] += starts_[static_cast<size_t>(e)];
-  next_.assign(starts_.begin(), starts_.end() - 1);
-  order_.resize(static_cast<size_t>(starts_.back()));
-  for (int64_t p = 0; p < tokens * k; ++p) {
-    const int64_t e = ids_[static_cast<size_t>(p)] - w.first_expert;
-    if (e >= 0 && e < num_local) order_[static_cast<size_t>(next_[static_cast<size_t>(e)]++)] = p;
-  }
-  std::fill(y, y + tokens * width, 0.0f);
-  const cpu::GatedMlpDims mlp{width, dims_.expert_intermediate};
-  for (int64_t e = 0; e < num_local; ++e) {
-    const int64_t b = starts_[static_cast<size_t>(e)], n = starts_[static_cast<size_t>(e + 1)] - b;
-    if (n == 0) continue;
-    rows_.resize(static_cast<size_t>(n * width));
-    for (int64_t r = 0; r < n; ++r) {
-      std::copy_n(z + (order_[static_cast<size_t>(b + r)] / k) * width, width, rows_.data() + r * width);
-    }
-    cpu::gated_mlp(mlp, w.experts[static_cast<size_t>(e)], dims_.act, rows_.data(), n, rows_.data());
-    // Experts are added in id order, in fp32: the order cpu::routed_experts uses.
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t p = order_[static_cast<size_t>(b + r)];
-      float* dst = y + (p / k) * width;
-      const float* src = rows_.data() + r * width;
-      const float wgt = weights_[static_cast<size_t>(p)];
-      for (int64_t i = 0; i < width; ++i) dst[i] += wgt * src[i];
-    }
-  }
+cpu::ExpertShard CpuMoe::shard(const CpuLayerWeights& w) const {
+  return {w.experts, w.first_expert, config_.num_experts};
 }
 
 void CpuMoe::run_received(const CpuLayerWeights& w) {
   const int64_t n = exchange_->received(), width = dims_.expert_width;
-  const auto num_local = static_cast<int64_t>(w.experts.size());
-  const int32_t* experts = exchange_->received_experts();
-  // Counting sort of the received rows by local expert, keeping arrival order within an expert.
-  starts_.assign(static_cast<size_t>(num_local + 1), 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t e = experts[i] - w.first_expert;
-    KIMIRT_ASSERT(e >= 0 && e < num_local);
-    ++starts_[static_cast<size_t>(e + 1)];
-  }
-  for (int64_t e = 0; e < num_local; ++e) starts_[static_cast<size_t>(e + 1)] += starts_[static_cast<size_t>(e)];
-  order_.resize(static_cast<size_t>(n));
-  next_.assign(starts_.begin(), starts_.end() - 1);
-  for (int64_t i = 0; i < n; ++i) {
-    order_[static_cast<size_t>(next_[static_cast<size_t>(experts[i] - w.first_expert)]++)] = i;
-  }
-  const cpu::GatedMlpDims mlp{width, dims_.expert_intermediate};
   const float* in = exchange_->received_rows();
   float* res = exchange_->results();
-  for (int64_t e = 0; e < num_local; ++e) {
-    const int64_t b = starts_[static_cast<size_t>(e)], cnt = starts_[static_cast<size_t>(e + 1)] - b;
-    if (cnt == 0) continue;
-    rows_.resize(static_cast<size_t>(cnt * width));
-    for (int64_t r = 0; r < cnt; ++r) {
-      std::copy_n(in + order_[static_cast<size_t>(b + r)] * width, width, rows_.data() + r * width);
-    }
-    cpu::gated_mlp(mlp, w.experts[static_cast<size_t>(e)], dims_.act, rows_.data(), cnt, rows_.data());
-    for (int64_t r = 0; r < cnt; ++r) {
-      std::copy_n(rows_.data() + r * width, width, res + order_[static_cast<size_t>(b + r)] * width);
-    }
-  }
+  const int64_t ran = cpu::run_expert_rows(
+      shard(w), {width, dims_.expert_intermediate}, dims_.act, exchange_->received_experts(), n,
+      [&](int64_t i) { return in + i * width; },
+      [&](int64_t i, const float* out) { std::copy_n(out, width, res + i * width); });
+  KIMIRT_ASSERT(ran == n);  // the exchange delivers only this rank's experts' rows
 }
 
 void CpuMoe::exchanged(int layer, const CpuLayerWeights& w, const float* x, int64_t tokens, float* out,

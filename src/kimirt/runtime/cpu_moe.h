@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kimirt/comm/comm.h"
+#include "kimirt/cpu/moe.h"
 #include "kimirt/model/config.h"
 #include "kimirt/model/parallel.h"
 #include "kimirt/runtime/backend.h"
@@ -46,9 +47,8 @@ class CpuMoe {
   void exchanged(int layer, const CpuLayerWeights& w, const float* x, int64_t tokens, float* out, OpTracer* tracer);
   // shared_[tokens, H] = this rank's share of the shared experts (zero when it is not a contributor).
   void shared_partial(const CpuLayerWeights& w, const float* x, int64_t tokens, float* dst);
-  // y[tokens, width] = Σ over the (token, slot) choices (ids_, weights_) whose expert is one of this rank's of
-  // weight · expert(z[token]), each expert over all of its tokens at once.
-  void local_experts(const CpuLayerWeights& w, const float* z, int64_t tokens, float* y);
+  // This rank's experts of a layer, for cpu::routed_experts and cpu::run_expert_rows.
+  cpu::ExpertShard shard(const CpuLayerWeights& w) const;
   // Experts of this rank over the rows the exchange delivered, grouped by expert.
   void run_received(const CpuLayerWeights& w);
   // The latent is complete: norm (traced), then up-projection into out[rows, H].
@@ -64,8 +64,8 @@ class CpuMoe {
 
   // Scratch, reused from call to call.
   std::vector<int32_t> ids_;
-  std::vector<float> weights_, z_, partial_, shared_, latent_, pairs_, full_, rows_;
-  std::vector<int64_t> order_, starts_, next_, slots_;
+  std::vector<float> weights_, z_, partial_, shared_, latent_, pairs_, full_;
+  std::vector<int64_t> slots_;
 };
 
 }  // namespace kimirt::runtime

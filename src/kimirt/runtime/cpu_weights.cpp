@@ -31,7 +31,6 @@ cpu::RouterConfig router_config(const model::ModelConfig& c) {
 CpuWeights::CpuWeights(const model::ModelConfig& c, const model::ParamStore& params,
                        const model::ParallelMapping& mapping) {
   mapping.validate(c);
-  const model::Schema schema(c, model::default_layout(c));
   const int64_t H = c.hidden_size;
   layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -61,10 +60,20 @@ CpuWeights::CpuWeights(const model::ModelConfig& c, const model::ParamStore& par
   dims_.act = activation(c);
   dims_.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
 
-  for (const model::ParamSpec& spec : schema.params()) {
-    const model::ParamSlice slice = model::slice_param(schema, spec, mapping);
-    if (!slice.held()) continue;
-    const model::LoadedParam& p = params.at(spec.name);
+  // Every parameter this rank must hold is in the store (the list of names does not depend on how the
+  // checkpoint stores them, so the config's schema can give it).
+  const model::Schema names(c, model::default_layout(c));
+  for (const model::ParamSpec& spec : names.params()) {
+    if (model::slice_logical(c, spec, mapping).held()) (void)params.at(spec.name);
+  }
+  // What each holds comes from the store: its spec belongs to the schema the checkpoint was loaded with,
+  // whose storage formats are the stored ones (a config's quantization_config need not match them).
+  for (const auto& [name, p] : params.params()) {
+    KIMIRT_CHECK(p.spec != nullptr, "parameter {}: the parameter store has no spec for it", name);
+    const model::ParamSpec& spec = *p.spec;
+    const model::ParamSlice slice = model::slice_logical(c, spec, mapping);
+    KIMIRT_CHECK(slice.held(), "parameter {}: in the parameter store, but {} holds {}", name, mapping.str(),
+                 slice.describe());
     Tensor t = with_context(spec.name, [&] { return p.to_f32(); });
     KIMIRT_CHECK(t.shape() == slice.local_shape,
                  "parameter {}: shape {} in the parameter store, expected {} ({} for {})", spec.name,

@@ -44,6 +44,15 @@ Engine::Engine(Backend& backend, EngineConfig config, TokenCallback on_token)
       forward_(backend),
       cache_(backend.cache_config()) {
   config_.scheduler.validate(cache_.config().max_sequences);
+  // Every id the model can sample must decode: otherwise the first such token fails its whole batch.
+  if (config_.tokenizer) {
+    const int64_t vocab = backend_.config().vocab_size;
+    KIMIRT_CHECK(config_.tokenizer->vocab_size() >= vocab,
+                 "engine: the tokenizer of {} has {} ids, fewer than the model's vocabulary of {} (ids {} to {} could "
+                 "not be shown)",
+                 config_.tokenizer->source(), config_.tokenizer->vocab_size(), vocab, config_.tokenizer->vocab_size(),
+                 vocab - 1);
+  }
 }
 
 Engine::~Engine() = default;
@@ -126,7 +135,6 @@ void Engine::finish(Request& r, FinishReason reason, int32_t token, std::string 
   }
   if (cache_.contains(r.id)) cache_.release(r.id);
   r.finished = true;
-  active_.fetch_sub(1);
   TokenEvent ev;
   ev.request_id = r.id;
   ev.token = token;
@@ -137,6 +145,8 @@ void Engine::finish(Request& r, FinishReason reason, int32_t token, std::string 
   ev.error = std::move(error);
   ev.logits = logits;
   emit(ev);
+  // Only now: a thread that waits for idle() must find the last callback done.
+  active_.fetch_sub(1);
 }
 
 void Engine::after_sample(Request& r, int32_t token, std::span<const float> logits) {

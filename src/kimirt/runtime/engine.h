@@ -31,8 +31,9 @@ namespace kimirt::runtime {
 
 struct EngineConfig {
   SchedulerConfig scheduler;
-  std::vector<int32_t> eos_ids;              // the model's end-of-sequence ids (stop unless ignore_eos)
-  std::optional<text::Tokenizer> tokenizer;  // enables TokenEvent::text and stop strings
+  std::vector<int32_t> eos_ids;  // the model's end-of-sequence ids (stop unless ignore_eos)
+  // Enables TokenEvent::text and stop strings; must know every id of the model (the constructor checks).
+  std::optional<text::Tokenizer> tokenizer;
   // One rank of a parallel group (set by ParallelEngine): every step() runs the forward, with no tokens when
   // this rank has nothing to run, so that the other ranks' collectives find it; and a failing step is
   // rethrown after its requests are failed, because the group cannot tell which collective each rank is in.
@@ -78,7 +79,7 @@ class Engine {
   // Blocks until a request or cancellation arrives or the timeout passes (for a serving loop).
   void wait_for_work(std::chrono::milliseconds timeout);
 
-  bool idle() const;  // thread-safe: nothing queued, waiting or running
+  bool idle() const;  // thread-safe: nothing queued, waiting or running, and every final event delivered
   // For the step() thread (or once the engine is idle).
   const EngineStats& stats() const { return stats_; }
   const CacheManager& cache() const { return cache_; }

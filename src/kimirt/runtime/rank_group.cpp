@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/start_threads.h"
 #include "kimirt/comm/local_comm.h"
 #include "kimirt/comm/mpi_comm.h"
 
@@ -40,31 +41,31 @@ void run_threads(std::vector<Comm*> comms, const std::function<void(Comm&)>& fn,
                  const std::function<void(const std::string&)>& abort) {
   std::mutex mutex;
   std::exception_ptr first;
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < comms.size(); ++r) {
-    threads.emplace_back([&, r] {
+  auto rank = [&](size_t r) {
+    try {
+      fn(*comms[r]);
+    } catch (...) {
+      std::string what = "an unknown error";
       try {
-        fn(*comms[r]);
+        throw;
+      } catch (const std::exception& e) {
+        what = e.what();
       } catch (...) {
-        std::string what = "an unknown error";
-        try {
-          throw;
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        bool is_first = false;
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          if (!first) {
-            first = std::current_exception();
-            is_first = true;
-          }
-        }
-        if (is_first) abort("rank " + std::to_string(r) + " failed: " + what);
       }
-    });
-  }
+      bool is_first = false;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!first) {
+          first = std::current_exception();
+          is_first = true;
+        }
+      }
+      if (is_first) abort("rank " + std::to_string(r) + " failed: " + what);
+    }
+  };
+  // A rank whose thread cannot start would leave the others waiting for it in their first collective.
+  std::vector<std::thread> threads = start_threads(comms.size(), fmt::format("a group of {} ranks", comms.size()), rank,
+                                                   [&] { abort("not every rank's thread could start"); });
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
 }

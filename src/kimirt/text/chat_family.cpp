@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/strict_json.h"
 #include "kimirt/text/special_tokens.h"
 #include "kimirt/text/tiktoken_model.h"
 #include "kimirt/text/tokenizer.h"
@@ -15,12 +16,7 @@ namespace kimirt::text {
 namespace {
 
 nlohmann::json read_json(const std::filesystem::path& path) {
-  const std::string text = read_text_file(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
+  return parse_json_strict_or_fail(read_text_file(path), path.string());
 }
 
 bool has_token(const TokenizerConfig& config, std::string_view content) {

@@ -2,7 +2,10 @@
 // disagree, and so that encode() can keep message text from ever becoming control tokens.
 #include "kimirt/text/chat_template.h"
 
+#include <algorithm>
+
 #include "kimirt/base/error.h"
+#include "kimirt/text/utf8.h"
 
 namespace kimirt::text {
 namespace {
@@ -130,6 +133,50 @@ void render_k3(SegmentBuilder& out, std::span<const ChatMessage> messages, bool 
   }
 }
 
+// A reply as segments: each special token by its text, each run of ordinary ids as its bytes.
+std::vector<ChatSegment> reply_segments(const Tokenizer& tokenizer, std::span<const TokenId> reply) {
+  SegmentBuilder out;
+  for (const TokenId id : reply) {
+    if (tokenizer.is_special(id)) {
+      out.special(tokenizer.id_to_bytes(id));
+    } else {
+      out.text(tokenizer.id_to_bytes(id));
+    }
+  }
+  return out.take();
+}
+
+// The K3 assistant body: <|open|>TAG<|sep|> and <|close|>TAG<|sep|> switch channels; text goes to the
+// channel it is in. `thinking`: the generation prompt opened the think channel, else the response channel.
+void parse_k3_reply(const std::vector<ChatSegment>& segments, bool thinking, std::string& reasoning,
+                    std::string& content) {
+  enum class Channel { kThink, kBetween, kResponse, kDone };
+  Channel channel = thinking ? Channel::kThink : Channel::kResponse;
+  for (size_t i = 0; i < segments.size() && channel != Channel::kDone; ++i) {
+    const ChatSegment& s = segments[i];
+    if (!s.special) {
+      if (channel == Channel::kThink) reasoning += s.text;
+      if (channel == Channel::kResponse) content += s.text;
+      continue;
+    }
+    const bool tag = (s.text == kOpen || s.text == kClose) && i + 2 < segments.size() && !segments[i + 1].special &&
+                     segments[i + 2].special && segments[i + 2].text == kSep;
+    if (!tag) continue;  // any other special token is not shown, and not kept
+    const bool open = s.text == kOpen;
+    const std::string& name = segments[i + 1].text;
+    i += 2;
+    if (open && name == "think") {
+      channel = Channel::kThink;
+    } else if (open && name == "response") {
+      channel = Channel::kResponse;
+    } else if (!open && name == "think") {
+      channel = Channel::kBetween;
+    } else if (!open && (name == "response" || name == "message")) {
+      channel = Channel::kDone;
+    }
+  }
+}
+
 }  // namespace
 
 std::string_view chat_family_name(ChatFamily family) {
@@ -177,6 +224,31 @@ std::vector<TokenId> ChatTemplate::end_of_turn_ids(const Tokenizer& tokenizer) c
   std::vector<TokenId> ids;
   for (const auto& token : end_of_turn_tokens()) ids.push_back(tokenizer.special_id(token));
   return ids;
+}
+
+ChatMessage ChatTemplate::parse_reply(const Tokenizer& tokenizer, std::span<const TokenId> reply, bool thinking,
+                                      std::span<const TokenId> stop_ids) const {
+  const std::vector<TokenId> end_of_turn = end_of_turn_ids(tokenizer);
+  auto ends = [&](TokenId id) {
+    return std::find(end_of_turn.begin(), end_of_turn.end(), id) != end_of_turn.end() ||
+           std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
+  };
+  while (!reply.empty() && ends(reply.back())) reply = reply.first(reply.size() - 1);
+
+  const std::vector<ChatSegment> segments = reply_segments(tokenizer, reply);
+  std::string reasoning, content;
+  if (family_ == ChatFamily::kKimiK3) {
+    parse_k3_reply(segments, thinking, reasoning, content);
+  } else {
+    for (const ChatSegment& s : segments) {
+      if (s.special && s.text == kImEnd) break;
+      if (!s.special) content += s.text;
+    }
+  }
+  ChatMessage message{"assistant", "", "", ""};
+  text::decode_utf8_prefix(content, /*final=*/true, message.content);
+  text::decode_utf8_prefix(reasoning, /*final=*/true, message.reasoning);
+  return message;
 }
 
 }  // namespace kimirt::text

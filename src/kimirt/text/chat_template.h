@@ -61,6 +61,16 @@ class ChatTemplate {
   std::vector<std::string> end_of_turn_tokens() const;
   std::vector<TokenId> end_of_turn_ids(const Tokenizer& tokenizer) const;
 
+  // The history message of an assistant turn the model generated after this template's generation prompt
+  // (`thinking` as the prompt was encoded), from the ids it sampled: the ids that ended it (`stop_ids`, and
+  // this family's end-of-turn tokens) are dropped from the end; K3's channel markup is taken apart (the think
+  // channel is the reasoning, the response channel up to <|close|>response the content, nothing after the
+  // turn's close is kept); other special tokens are dropped, as the streamed text drops them; bytes that are
+  // not UTF-8 become U+FFFD. So the next turn's encode() gives the prompt's ids followed by the reply's for a
+  // reply the tokenizer would encode the same way, and never special-token text as plain text.
+  ChatMessage parse_reply(const Tokenizer& tokenizer, std::span<const TokenId> reply, bool thinking,
+                          std::span<const TokenId> stop_ids = {}) const;
+
  private:
   ChatFamily family_;
 };

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/strict_json.h"
 
 namespace kimirt::text {
 namespace {
@@ -30,12 +31,7 @@ std::optional<std::string> role_token(const json& root, const char* field, std::
 }  // namespace
 
 TokenizerConfig parse_tokenizer_config(std::string_view json_text, std::string_view name) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    fail("{}: not valid JSON: {}", name, e.what());
-  }
+  const json root = parse_json_strict_or_fail(json_text, name);
   KIMIRT_CHECK(root.is_object(), "{}: the top level must be a JSON object", name);
   TokenizerConfig config;
   const auto added = root.find("added_tokens_decoder");

@@ -1,10 +1,12 @@
 // The strict JSON layer: UTF-8 validation by the RFC 3629 table, duplicate keys at every level, the depth
 // bound, NUL bytes, and the sign class of integers that the safetensors checks rely on.
-#include "kimirt/io/strict_json.h"
+#include "kimirt/base/strict_json.h"
 
 #include <gtest/gtest.h>
 
-namespace kimirt::io {
+#include "kimirt/base/error.h"
+
+namespace kimirt {
 namespace {
 
 using Kind = JsonProblem::Kind;
@@ -76,5 +78,24 @@ TEST(StrictJson, SyntaxDepthNulAndUtf8Problems) {
   EXPECT_TRUE(parse_json_strict(" \n{\"a\": [1, 2]}\n ", problem).has_value());
 }
 
+TEST(StrictJson, OrFailNamesTheSourceAndTheProblem) {
+  EXPECT_EQ(parse_json_strict_or_fail(R"({"a": 1})", "x.json")["a"].get<int>(), 1);
+  try {
+    parse_json_strict_or_fail(R"({"a": 1, "a": 2})", "dir/x.json");
+    FAIL() << "a duplicate key was accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "dir/x.json: duplicate key \"a\"");
+  }
+}
+
+TEST(StrictJson, ExcerptsAreCutShort) {
+  EXPECT_EQ(json_excerpt(nlohmann::json("abc")), "\"abc\"");
+  const std::string long_text(100, 'x');
+  const std::string cut = json_excerpt(nlohmann::json(long_text));
+  EXPECT_EQ(cut.size(), 40u);
+  EXPECT_EQ(cut, "\"" + std::string(36, 'x') + "...");
+  EXPECT_EQ(json_excerpt(nlohmann::json(long_text), 10), "\"xxxxxx...");
+}
+
 }  // namespace
-}  // namespace kimirt::io
+}  // namespace kimirt

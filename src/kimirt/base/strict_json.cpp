@@ -1,4 +1,4 @@
-#include "kimirt/io/strict_json.h"
+#include "kimirt/base/strict_json.h"
 
 #include <cstdint>
 #include <string>
@@ -7,7 +7,9 @@
 
 #include <fmt/format.h>
 
-namespace kimirt::io {
+#include "kimirt/base/error.h"
+
+namespace kimirt {
 namespace {
 
 using nlohmann::json;
@@ -174,4 +176,24 @@ std::optional<nlohmann::json> parse_json_strict(std::string_view text, JsonProbl
   return root;
 }
 
-}  // namespace kimirt::io
+nlohmann::json parse_json_strict_or_fail(std::string_view text, std::string_view source) {
+  JsonProblem problem;
+  auto root = parse_json_strict(text, problem);
+  if (!root) {
+    // A duplicate key is valid JSON that we refuse; everything else is not JSON at all.
+    if (problem.kind == JsonProblem::Kind::kDuplicateKey) fail("{}: {}", source, problem.message);
+    fail("{}: not valid JSON: {}", source, problem.message);
+  }
+  return std::move(*root);
+}
+
+std::string json_excerpt(const nlohmann::json& value, size_t max_chars) {
+  std::string text = value.dump();
+  if (text.size() > max_chars && max_chars >= 3) {
+    text.resize(max_chars - 3);
+    text += "...";
+  }
+  return text;
+}
+
+}  // namespace kimirt

@@ -1,0 +1,75 @@
+// The numeric flags of `run` and `chat` are checked before anything large is loaded or allocated: -n and
+// --context past the model's positions, and --threads past any machine, are refused naming the flag; a
+// thread count the system cannot start is an error, not a hang.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "common/limited_child.h"
+#include "common/run_command.h"
+
+namespace {
+
+using kimirt::test::run_command;
+using ::testing::HasSubstr;
+
+std::string kimirt() { return kimirt::test::kimirt_binary(); }
+std::string golden(const std::string& name) { return kimirt::test::golden_dir(name); }
+
+TEST(NumericFlags, MaxTokensPastTheModelsPositionsIsRefused) {
+  // k3-tiny has max_position_embeddings 1048576; a cache for 2000003 positions was zero-filled before.
+  const auto r = run_command(kimirt() + " run -m " + golden("k3-tiny") + " --ids 1,2,3 -n 2000000");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("-n 2000000 (with a prompt of 3 tokens): 2000003 positions, more than the "
+                                  "model's 1048576 (max_position_embeddings)"));
+  // Past int: refused by the flag parser, not wrapped around.
+  const auto wrapped = run_command(kimirt() + " run -m " + golden("k3-tiny") + " --ids 1 -n 99999999999");
+  EXPECT_NE(wrapped.exit_code, 0) << wrapped.output;
+  EXPECT_THAT(wrapped.output, HasSubstr("--max-tokens"));
+}
+
+TEST(NumericFlags, ContextPastTheModelsPositionsIsRefused) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kimirt-numeric-flags-model";
+  std::filesystem::remove_all(dir);
+  const auto made = run_command(kimirt() + " make-tiny " + dir.string());  // with the built-in tokenizer
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  for (const std::string context : {"99999999999", "9223372036854775807"}) {
+    const auto r =
+        run_command("printf 'hi\\n' | " + kimirt() + " chat -m " + dir.string() + " --threads 1 --context " + context);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("--context " + context + ": " + context +
+                                    " positions, more than the model's 1048576 (max_position_embeddings)"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(NumericFlags, ThreadsPastAnyMachineAreRefused) {
+  for (const std::string& cmd : {" run -m " + golden("kl-tiny") + " --ids 1 -n 1", " chat -m " + golden("kl-tiny")}) {
+    const auto r = run_command(kimirt() + cmd + " --threads 100000");
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("--threads")) << cmd;
+  }
+}
+
+// A cache within the model's positions that memory cannot hold: an Error naming -n, not a bare bad_alloc.
+TEST(NumericFlags, ACacheThatDoesNotFitInMemoryNamesTheFlag) {
+  if (!kimirt::test::kAddressSpaceLimitWorks) GTEST_SKIP() << "sanitizer build: no address-space limit";
+  const auto r =
+      run_command("ulimit -v 400000; " + kimirt() + " run -m " + golden("k3-tiny") + " --ids 1 -n 1000000 --threads 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("-n 1000000 (with a prompt of 1 tokens): the model's weights and a cache of "
+                                  "1000064 positions do not fit in memory"));
+}
+
+// The reviewer's case: under `ulimit -v 1500000` a thousand threads cannot all start; this hung before.
+TEST(NumericFlags, ThreadsTheSystemCannotStartAreAnErrorNotAHang) {
+  if (!kimirt::test::kAddressSpaceLimitWorks) GTEST_SKIP() << "sanitizer build: no address-space limit";
+  const auto r = run_command("ulimit -v 1500000; timeout 60 " + kimirt() + " run -m " + golden("kl-tiny") +
+                             " --ids 1 -n 1 --threads 1000");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("a thread pool of 1000 threads: only "));
+}
+
+}  // namespace
