@@ -46,11 +46,15 @@ void dense_suite(Context& ctx) {
     }
     DeviceBuffer u(H * 4);
     fill_uniform(u.as<float>(), H, -0.05f, 0.05f, 4, ctx.stream);
-    us = time_us(ctx, [&] {
-      attn_res_mix_norm(ctx.stream, ptrs.data(), count, H, t, H, u.as<float>(), 1e-5f, w.as<bf16>(), 1e-5f,
-                        x.as<bf16>(), out.as<bf16>(), H);
-    });
-    ctx.add({"dense", fmt::format("attn_res 9 cand + norm [{}, {}]", t, H), us, (count + 2.0) * t * H * 2, 0, ""});
+    for (auto [kernel, name] :
+         {std::pair{AttnResKernel::kPipelined, "pipelined"}, {AttnResKernel::kPerToken, "per token"}}) {
+      us = time_us(ctx, [&] {
+        attn_res_mix_norm(ctx.stream, ptrs.data(), count, H, t, H, u.as<float>(), 1e-5f, w.as<bf16>(), 1e-5f,
+                          x.as<bf16>(), out.as<bf16>(), H, kernel);
+      });
+      ctx.add({"dense", fmt::format("attn_res 9 cand + norm [{}, {}] {}", t, H, name), us, (count + 2.0) * t * H * 2, 0,
+               ""});
+    }
 
     // SiTU on the shared experts' [gate | up] (2 × 6144) and on the dense MLP (2 × 33792).
     for (int64_t width : {6144, 33792}) {

@@ -98,8 +98,8 @@ TEST(NumericFlags, ACacheThatDoesNotFitInMemoryNamesTheFlag) {
 TEST(NumericFlags, ThreadsTheSystemCannotStartAreAnErrorNotAHang) {
   if (!kimirt::test::kAddressSpaceLimitWorks) GTEST_SKIP() << "sanitizer build: no address-space limit";
   ASSERT_NE(startup_address_space_kib(), 0u) << "kimirt version does not start under 16 GiB";
-  const auto r = run_command(address_space_limit(1400000) + "timeout 60 " + kimirt() + " run -m " +
-                             golden("kl-tiny") + " --ids 1 -n 1 --threads 1000");
+  const auto r = run_command(address_space_limit(1400000) + "timeout 60 " + kimirt() + " run -m " + golden("kl-tiny") +
+                             " --ids 1 -n 1 --threads 1000");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("a thread pool of 1000 threads: only "));
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <tuple>
 
 #include "kimirt/base/error.h"
 #include "kimirt/cpu/activation.h"
@@ -211,8 +212,20 @@ TEST(Router, MatchesCpuSelectionAndWeights) {
 
 TEST(AttnRes, MixAndNormMatchCpu) {
   KIMIRT_REQUIRE_GPU();
-  for (auto [count, hidden] : {std::pair<int, int64_t>{9, 7168}, {12, 7168}, {1, 7168}, {3, 1032}}) {
-    const int64_t tokens = 6;
+  // Both kernel versions; the pipelined one with more tokens than resident clusters (each cluster walks
+  // several tokens through its ring, wrapping the slots) and with 12 candidates (two slots).
+  for (auto [count, hidden, tokens, kernel] :
+       {std::tuple<int, int64_t, int64_t, AttnResKernel>{9, 7168, 6, AttnResKernel::kPerToken},
+        {9, 7168, 6, AttnResKernel::kPipelined},
+        {9, 7168, 1000, AttnResKernel::kPipelined},
+        {12, 7168, 300, AttnResKernel::kAuto},
+        {12, 7168, 6, AttnResKernel::kPerToken},
+        {1, 7168, 6, AttnResKernel::kAuto},
+        {3, 1032, 6, AttnResKernel::kPerToken},
+        {3, 1032, 500, AttnResKernel::kPipelined},
+        {2, 8, 3, AttnResKernel::kPipelined}}) {
+    SCOPED_TRACE(::testing::Message() << count << " candidates, H " << hidden << ", " << tokens << " tokens, kernel "
+                                      << static_cast<int>(kernel));
     std::vector<std::vector<float>> cand(count);
     std::vector<DeviceBuffer> dc;
     std::vector<const __nv_bfloat16*> ptrs;
@@ -228,7 +241,7 @@ TEST(AttnRes, MixAndNormMatchCpu) {
     attn_res_pseudo_query(nullptr, dnw.as<__nv_bfloat16>(), dpw.as<__nv_bfloat16>(), u.as<float>(), hidden);
     DeviceBuffer mixed = test::poisoned(tokens * hidden * 2), normed = test::poisoned(tokens * hidden * 2);
     attn_res_mix_norm(nullptr, ptrs.data(), count, hidden, tokens, hidden, u.as<float>(), 1e-5f, dw.as<__nv_bfloat16>(),
-                      1e-5f, mixed.as<__nv_bfloat16>(), normed.as<__nv_bfloat16>(), hidden);
+                      1e-5f, mixed.as<__nv_bfloat16>(), normed.as<__nv_bfloat16>(), hidden, kernel);
     std::vector<const float*> cp;
     for (auto& c : cand) cp.push_back(c.data());
     std::vector<float> ref_mix(tokens * hidden), ref_norm(tokens * hidden);

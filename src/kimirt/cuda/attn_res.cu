@@ -1,13 +1,16 @@
-// AttnRes mix + RMSNorm: a cluster of two blocks per token, each owning half of the hidden dimension.
-// A block first issues cp.async copies of its half of every candidate into shared memory (all of the
-// token's bytes in flight at once), then reduces Σv² and ⟨v, u⟩ per candidate; the two blocks add their
-// partial sums through distributed shared memory, so each needs only 9 x 7 KiB of shared memory for K3
-// and three clusters' worth of tokens stay resident per SM, overlapping one token's loads with another's
-// arithmetic.
+// AttnRes mix + RMSNorm. A token is handled by a cluster of two blocks, each owning half of the hidden
+// dimension: a block stages its half of every candidate in shared memory (so HBM is read once), reduces
+// Σv² and ⟨v, u⟩ per candidate, and the two blocks add their partial sums through distributed shared
+// memory. Two versions, kept and compared by the benchmark (AttnResKernel): one cluster per token, and
+// persistent clusters that stream tokens through a ring of shared-memory slots.
 #include <cooperative_groups.h>
 
-#include <vector>
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 
+#include "kimirt/cuda/async_pipeline.cuh"
 #include "kimirt/cuda/attn_res.h"
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
@@ -28,10 +31,17 @@ struct Candidates {
   const bf16* p[kAttnResMaxCandidates];
 };
 
-// Sums v over the block; every thread gets the result. `red` holds kWarps x n floats.
-template <int N>
-__device__ __forceinline__ void block_sums(float (&v)[N], int n, float* red) {
+// Sums v over the two blocks of the cluster; every thread of both gets the same result (added in rank
+// order). Each block's total goes to `partial`, which the other block reads after the cluster barrier;
+// a few threads combine the two into `totals` for everyone. (Every thread summing all warps' partials, and
+// reading the other block's, made these reductions most of the kernel's time.) `partial` must not be
+// reused before the next cluster barrier: callers alternate two buffers.
+template <int WARPS, int N>
+__device__ __forceinline__ void cluster_sums(float (&v)[N], int n, float* red, float* partial, float* totals,
+                                             cg::cluster_group& cluster) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // (A reduce-scatter over the lanes, 31 shuffles for up to 32 values instead of 5 per value, made the
+  // per-token kernel 30% slower on the H200: the 32-value array costs more registers than it saves.)
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     if (i < n) {
@@ -40,25 +50,156 @@ __device__ __forceinline__ void block_sums(float (&v)[N], int n, float* red) {
     }
   }
   __syncthreads();
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < n) {
+    float sum = 0.0f;
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    if (i < n) {
-      float s = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) s += red[w * N + i];
-      v[i] = s;
-    }
+    for (int w = 0; w < WARPS; ++w) sum += red[w * N + t];
+    partial[t] = sum;
+  }
+  cluster.sync();
+  if (t < n) {
+    const unsigned rank = cluster.block_rank();
+    const float ours = partial[t], theirs = cluster.map_shared_rank(partial, rank ^ 1)[t];
+    totals[t] = rank == 0 ? ours + theirs : theirs + ours;
   }
   __syncthreads();
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if (i < n) v[i] = totals[i];
+  }
 }
 
+// The per-token math both kernels share. A block owns `mine` 16-byte vectors (8 hidden elements each) of a
+// token's half of the hidden dimension; `slot` points at candidate 0's vectors in shared memory, candidate i
+// at slot + i · mine.
+
+// Σv² and ⟨v, u⟩ of one candidate's vectors held by this thread, two partial sums each (half the length of
+// the dependent FMA chains).
+template <int VPT, int THREADS>
+__device__ __forceinline__ void candidate_stats(const uint4* cand, int mine, const float (&uf)[VPT][8], float& ss,
+                                                float& dot) {
+  float s2[2] = {0.0f, 0.0f}, d2[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int v = 0; v < VPT; ++v) {
+    const int vi = threadIdx.x + v * THREADS;
+    if (vi < mine) {
+      float f[8];
+      detail::unpack8(cand[vi], f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        s2[j & 1] = fmaf(f[j], f[j], s2[j & 1]);
+        d2[j & 1] = fmaf(f[j], uf[v][j], d2[j & 1]);
+      }
+    }
+  }
+  ss = s2[0] + s2[1];
+  dot = d2[0] + d2[1];
+}
+
+// The depth softmax from the cluster's sums (Σv², ⟨v, u⟩ per candidate, interleaved), computed once by
+// warp 0 (lane i for candidate i) into alpha_s and read by every thread after the barrier. (Each of the
+// block's threads computing all of it, IEEE divisions and square roots included, was as many instructions
+// as the arithmetic on the data.) Both blocks of the cluster compute bit-identical weights.
+__device__ __forceinline__ void depth_softmax(const float (&stats)[kStats], int count, int hidden, float res_eps,
+                                              float* alpha_s, float (&alpha)[kAttnResMaxCandidates]) {
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    float score = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kAttnResMaxCandidates; ++i) {
+      if (i == lane && i < count) score = stats[2 * i + 1] / sqrtf(stats[2 * i] / static_cast<float>(hidden) + res_eps);
+    }
+    const float smax = detail::warp_max(score);
+    const float e = lane < count ? expf(score - smax) : 0.0f;
+    const float denom = detail::warp_sum(e);
+    if (lane < count) alpha_s[lane] = e / denom;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kAttnResMaxCandidates; ++i) alpha[i] = i < count ? alpha_s[i] : 0.0f;
+}
+
+// h = bf16(Σ α_i v_i) for this thread's vectors, written to `mixed_row` (may be null); returns Σh².
+template <int VPT, int THREADS>
+__device__ __forceinline__ float mix_candidates(const uint4* slot, int count, int mine,
+                                                const float (&alpha)[kAttnResMaxCandidates], float (&h)[VPT][8],
+                                                bf16* mixed_row) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int v = 0; v < VPT; ++v) {
+    const int vi = threadIdx.x + v * THREADS;
+    if (vi < mine) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) h[v][j] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kAttnResMaxCandidates; ++i) {
+        if (i < count) {
+          float f[8];
+          detail::unpack8(slot[i * mine + vi], f);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) h[v][j] += alpha[i] * f[j];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        h[v][j] = detail::round_bf16(h[v][j]);
+        ss += h[v][j] * h[v][j];
+      }
+      if (mixed_row) detail::store16(mixed_row + vi * 8, detail::pack8(h[v]));
+    }
+  }
+  return ss;
+}
+
+// y = bf16(h · rs) · w, written to `normed_row`.
+template <int VPT, int THREADS>
+__device__ __forceinline__ void store_normed(const float (&h)[VPT][8], const float (&wf)[VPT][8], float rs, int mine,
+                                             bf16* normed_row) {
+#pragma unroll
+  for (int v = 0; v < VPT; ++v) {
+    const int vi = threadIdx.x + v * THREADS;
+    if (vi < mine) {
+      float y[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) y[j] = detail::round_bf16(h[v][j] * rs) * wf[v][j];
+      detail::store16(normed_row + vi * 8, detail::pack8(y));
+    }
+  }
+}
+
+// 8 floats per vector of this thread from an fp32 (u) or bf16 (norm weight) vector of the hidden size.
+template <int VPT, int THREADS>
+__device__ __forceinline__ void load_weights(const float* __restrict__ u, const bf16* __restrict__ w, int first,
+                                             int mine, float (&uf)[VPT][8], float (&wf)[VPT][8]) {
+#pragma unroll
+  for (int v = 0; v < VPT; ++v) {
+    const int vi = threadIdx.x + v * THREADS;
+    if (vi < mine) {
+      const float4 a = __ldg(reinterpret_cast<const float4*>(u + (first + vi) * 8));
+      const float4 b = __ldg(reinterpret_cast<const float4*>(u + (first + vi) * 8 + 4));
+      uf[v][0] = a.x, uf[v][1] = a.y, uf[v][2] = a.z, uf[v][3] = a.w;
+      uf[v][4] = b.x, uf[v][5] = b.y, uf[v][6] = b.z, uf[v][7] = b.w;
+      detail::unpack8(detail::ldg16(w + (first + vi) * 8), wf[v]);
+    }
+  }
+}
+
+// Version 1 (default): a two-block cluster per token, launched for every token. Each block's thread 0 hands
+// the copies of its half of every candidate to the bulk-copy engine (one barrier per candidate, so
+// candidate i's statistics are computed while later ones arrive); three clusters' worth of tokens stay
+// resident per SM for K3, overlapping one token's loads with another's arithmetic and barriers. On the
+// H200 at [4096, 7168] x 9: 0.55 of the copy ceiling; instruction-bound rather than memory-bound (the
+// reductions and the softmax were most of the instructions until they were done once per block).
 template <int VPT>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads)
     attn_res_kernel(Candidates cand, int count, int64_t ld_in, int hidden, const float* __restrict__ u, float res_eps,
                     const bf16* __restrict__ norm_w, float norm_eps, bf16* mixed, bf16* normed, int64_t ld_out) {
   extern __shared__ uint4 stage[];  // [count][my vectors]
   __shared__ float red[kWarps * kStats];
-  __shared__ float stats[kStats];  // this block's partial sums, read by the other block
+  __shared__ float partial_a[kStats], partial_b[4], totals[kStats];  // see cluster_sums
+  __shared__ float alpha_s[kAttnResMaxCandidates];
+  __shared__ __align__(8) uint64_t bars[kAttnResMaxCandidates];
   cg::cluster_group cluster = cg::this_cluster();
   const unsigned rank = cluster.block_rank();
   const int64_t token = blockIdx.x >> 1;
@@ -66,44 +207,21 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads)
   const int first = rank == 0 ? 0 : (vectors + 1) / 2;
   const int mine = rank == 0 ? (vectors + 1) / 2 : vectors / 2;
 
-  // One thread hands the copies to the bulk-copy engine (one contiguous slice per candidate, each on its
-  // own barrier): the block's threads never wait on issuing loads, the whole token is in flight at once,
-  // and the statistics of candidate i are computed while the later ones are still arriving.
-  __shared__ __align__(8) uint64_t bars[kAttnResMaxCandidates];
   if (threadIdx.x == 0) {
+    for (int i = 0; i < count; ++i) detail::mbar_init(detail::smem_addr(&bars[i]), 1);
+    detail::mbar_init_fence();
     for (int i = 0; i < count; ++i) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(detail::smem_addr(&bars[i])) : "memory");
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#pragma unroll
-    for (int i = 0; i < kAttnResMaxCandidates; ++i) {
-      if (i < count) {
-        const uint32_t bar = detail::smem_addr(&bars[i]);
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-                     "r"(static_cast<uint32_t>(mine * 16))
-                     : "memory");
-        if (mine > 0) {
-          const bf16* row = cand.p[i] + token * ld_in + static_cast<int64_t>(first) * 8;
-          asm volatile(
-              "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                  detail::smem_addr(stage + i * mine)),
-              "l"(row), "r"(static_cast<uint32_t>(mine * 16)), "r"(bar)
-              : "memory");
-        }
+      const uint32_t bar = detail::smem_addr(&bars[i]);
+      detail::mbar_expect_tx(bar, static_cast<uint32_t>(mine * 16));
+      if (mine > 0) {
+        detail::bulk_load(detail::smem_addr(stage + i * mine),
+                          cand.p[i] + token * ld_in + static_cast<int64_t>(first) * 8, static_cast<uint32_t>(mine * 16),
+                          bar);
       }
     }
   }
-  float uf[VPT][8];
-#pragma unroll
-  for (int v = 0; v < VPT; ++v) {
-    const int vi = threadIdx.x + v * kThreads;
-    if (vi < mine) {
-      const float4 a = __ldg(reinterpret_cast<const float4*>(u + (first + vi) * 8));
-      const float4 b = __ldg(reinterpret_cast<const float4*>(u + (first + vi) * 8 + 4));
-      uf[v][0] = a.x, uf[v][1] = a.y, uf[v][2] = a.z, uf[v][3] = a.w;
-      uf[v][4] = b.x, uf[v][5] = b.y, uf[v][6] = b.z, uf[v][7] = b.w;
-    }
-  }
+  float uf[VPT][8], wf[VPT][8];
+  load_weights<VPT, kThreads>(u, norm_w, first, mine, uf, wf);
   __syncthreads();  // the barriers are initialized
 
   float part[kStats];
@@ -112,104 +230,108 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads)
 #pragma unroll
   for (int i = 0; i < kAttnResMaxCandidates; ++i) {
     if (i < count) {
-      asm volatile(
-          "{\n.reg .pred p;\nWAIT:\n"
-          "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
-          "@p bra DONE;\nbra WAIT;\nDONE:\n}\n" ::"r"(detail::smem_addr(&bars[i]))
-          : "memory");
-      // Two partial sums per statistic: half the length of the dependent FMA chains.
-      float ss[2] = {0.0f, 0.0f}, dot[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int v = 0; v < VPT; ++v) {
-        const int vi = threadIdx.x + v * kThreads;
-        if (vi < mine) {
-          float f[8];
-          detail::unpack8(stage[i * mine + vi], f);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            ss[j & 1] = fmaf(f[j], f[j], ss[j & 1]);
-            dot[j & 1] = fmaf(f[j], uf[v][j], dot[j & 1]);
-          }
-        }
-      }
-      part[2 * i] = ss[0] + ss[1];
-      part[2 * i + 1] = dot[0] + dot[1];
+      detail::mbar_wait(detail::smem_addr(&bars[i]), 0);
+      candidate_stats<VPT, kThreads>(stage + i * mine, mine, uf, part[2 * i], part[2 * i + 1]);
     }
   }
-  block_sums(part, 2 * count, red);
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int i = 0; i < kStats; ++i) stats[i] = part[i];
-  }
-  cluster.sync();
-  const float* other = cluster.map_shared_rank(stats, rank ^ 1);
-  float alpha[kAttnResMaxCandidates] = {};
-  float smax = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kAttnResMaxCandidates; ++i) {
-    if (i < count) {
-      // Both blocks add in rank order, so they compute bit-identical weights.
-      const float ss = rank == 0 ? part[2 * i] + other[2 * i] : other[2 * i] + part[2 * i];
-      const float dot = rank == 0 ? part[2 * i + 1] + other[2 * i + 1] : other[2 * i + 1] + part[2 * i + 1];
-      alpha[i] = dot / sqrtf(ss / static_cast<float>(hidden) + res_eps);
-      smax = fmaxf(smax, alpha[i]);
-    }
-  }
-  float denom = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kAttnResMaxCandidates; ++i) {
-    if (i < count) {
-      alpha[i] = expf(alpha[i] - smax);
-      denom += alpha[i];
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kAttnResMaxCandidates; ++i) alpha[i] /= denom;  // zeros past `count`
+  cluster_sums<kWarps>(part, 2 * count, red, partial_a, totals, cluster);
+  float alpha[kAttnResMaxCandidates];
+  depth_softmax(part, count, hidden, res_eps, alpha_s, alpha);
 
   float h[VPT][8];
-  float ss[1] = {0.0f};
-#pragma unroll
-  for (int v = 0; v < VPT; ++v) {
-    const int vi = threadIdx.x + v * kThreads;
-    if (vi < mine) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) h[v][j] = 0.0f;
+  float ss[1] = {mix_candidates<VPT, kThreads>(stage, count, mine, alpha, h,
+                                               mixed ? mixed + token * ld_out + first * 8 : nullptr)};
+  cluster_sums<kWarps>(ss, 1, red, partial_b, totals, cluster);
+  const float rs = 1.0f / sqrtf(ss[0] / static_cast<float>(hidden) + norm_eps);
+  store_normed<VPT, kThreads>(h, wf, rs, mine, normed + token * ld_out + first * 8);
+  cluster.sync();  // keep our shared memory alive until the other block has read it
+}
+
+// Version 2: persistent two-block clusters, as many as fit at once, each walking its share of
+// the tokens through a ring of up to three token slots in shared memory. Every thread copies its own
+// vectors of the next tokens with cp.async while the block computes the current one, so HBM does not wait
+// on the arithmetic or the cluster barriers (for K3, 9 x 7 KiB per half token: two tokens, 126 KiB per SM,
+// on the way). A thread reads back only the bytes it copied, so its own wait_group is all the
+// synchronization the ring needs. The norm weight and u are loaded once per block instead of per token.
+// Slower than version 1 on the H200 (0.30 of the ceiling at 4096 tokens): one 512-thread block per SM,
+// and its per-token barriers (two cluster-wide, four block-wide) stop all of its warps at once, where
+// version 1's three resident blocks interleave. (Thread 0 issuing bulk copies instead of cp.async per
+// thread measured the same.)
+constexpr int kPipeThreads = 512;
+constexpr int kPipeWarps = kPipeThreads / 32;
+constexpr int kMaxStages = 3;
+constexpr int kMaxRingBytes = 220 * 1024;
+
+template <int VPT>
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kPipeThreads, 1)
+    attn_res_pipelined_kernel(Candidates cand, int count, int64_t ld_in, int hidden, int64_t tokens,
+                              const float* __restrict__ u, float res_eps, const bf16* __restrict__ norm_w,
+                              float norm_eps, bf16* mixed, bf16* normed, int64_t ld_out, int stages) {
+  extern __shared__ uint4 ring[];  // [stages][count][my vectors]
+  __shared__ float red[kPipeWarps * kStats];
+  __shared__ float partial_a[kStats], partial_b[4], totals[kStats];  // see cluster_sums
+  __shared__ float alpha_s[kAttnResMaxCandidates];
+  cg::cluster_group cluster = cg::this_cluster();
+  const unsigned rank = cluster.block_rank();
+  const int64_t cluster_id = blockIdx.x >> 1, clusters = gridDim.x >> 1;
+  const int vectors = hidden / 8;
+  const int first = rank == 0 ? 0 : (vectors + 1) / 2;
+  const int mine = rank == 0 ? (vectors + 1) / 2 : vectors / 2;
+  const int64_t my_tokens = cluster_id < tokens ? (tokens - 1 - cluster_id) / clusters + 1 : 0;
+
+  // This thread's copies of the cluster's k-th token into ring slot k % stages; one commit group per call,
+  // empty past the last token, so that "all but the newest stages - 1 groups" is always token k's.
+  const auto issue = [&](int64_t k) {
+    if (k < my_tokens) {
+      const int s = static_cast<int>(k % stages);
+      const int64_t offset = (cluster_id + k * clusters) * ld_in + static_cast<int64_t>(first) * 8;
 #pragma unroll
       for (int i = 0; i < kAttnResMaxCandidates; ++i) {
         if (i < count) {
-          float f[8];
-          detail::unpack8(stage[i * mine + vi], f);
 #pragma unroll
-          for (int j = 0; j < 8; ++j) h[v][j] += alpha[i] * f[j];
+          for (int v = 0; v < VPT; ++v) {
+            const int vi = threadIdx.x + v * kPipeThreads;
+            if (vi < mine) detail::cp_async16(ring + (s * count + i) * mine + vi, cand.p[i] + offset + vi * 8, true);
+          }
         }
       }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        h[v][j] = detail::round_bf16(h[v][j]);
-        ss[0] += h[v][j] * h[v][j];
-      }
-      if (mixed) detail::store16(mixed + token * ld_out + (first + vi) * 8, detail::pack8(h[v]));
     }
-  }
-  block_sums(ss, 1, red);
-  // The other block has read our stats (it passed the first cluster barrier and read before the second):
-  // reuse the slot for the norm's partial sum.
-  cluster.sync();
-  if (threadIdx.x == 0) stats[0] = ss[0];
-  cluster.sync();
-  const float total = rank == 0 ? ss[0] + other[0] : other[0] + ss[0];
-  const float rs = 1.0f / sqrtf(total / static_cast<float>(hidden) + norm_eps);
-#pragma unroll
-  for (int v = 0; v < VPT; ++v) {
-    const int vi = threadIdx.x + v * kThreads;
-    if (vi < mine) {
-      float wf[8], y[8];
-      detail::unpack8(detail::ldg16(norm_w + (first + vi) * 8), wf);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) y[j] = detail::round_bf16(h[v][j] * rs) * wf[j];
-      detail::store16(normed + token * ld_out + (first + vi) * 8, detail::pack8(y));
+    detail::cp_async_commit();
+  };
+  for (int k = 0; k < stages; ++k) issue(k);
+  float uf[VPT][8], wf[VPT][8];
+  load_weights<VPT, kPipeThreads>(u, norm_w, first, mine, uf, wf);
+
+  for (int64_t k = 0; k < my_tokens; ++k) {
+    const int s = static_cast<int>(k % stages);
+    const int64_t token = cluster_id + k * clusters;
+    const uint4* slot = ring + s * count * mine;
+    if (stages == 3) {
+      detail::cp_async_wait<2>();
+    } else {
+      detail::cp_async_wait<1>();
     }
+
+    float part[kStats];
+#pragma unroll
+    for (int i = 0; i < kStats; ++i) part[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kAttnResMaxCandidates; ++i) {
+      if (i < count) candidate_stats<VPT, kPipeThreads>(slot + i * mine, mine, uf, part[2 * i], part[2 * i + 1]);
+    }
+    cluster_sums<kPipeWarps>(part, 2 * count, red, partial_a, totals, cluster);
+    float alpha[kAttnResMaxCandidates];
+    depth_softmax(part, count, hidden, res_eps, alpha_s, alpha);
+
+    float h[VPT][8];
+    float ss[1] = {mix_candidates<VPT, kPipeThreads>(slot, count, mine, alpha, h,
+                                                     mixed ? mixed + token * ld_out + first * 8 : nullptr)};
+    issue(k + stages);  // this thread is done reading its bytes of slot s
+    cluster_sums<kPipeWarps>(ss, 1, red, partial_b, totals, cluster);
+    const float rs = 1.0f / sqrtf(ss[0] / static_cast<float>(hidden) + norm_eps);
+    store_normed<VPT, kPipeThreads>(h, wf, rs, mine, normed + token * ld_out + first * 8);
   }
+  detail::cp_async_wait<0>();
   cluster.sync();  // keep our shared memory alive until the other block has read it
 }
 
@@ -218,13 +340,58 @@ __global__ void pseudo_query_kernel(const bf16* norm_w, const bf16* proj_w, floa
   if (i < hidden) u[i] = __bfloat162float(norm_w[i]) * __bfloat162float(proj_w[i]);
 }
 
+struct LaunchArgs {
+  Candidates c;
+  int count;
+  int64_t ld_in, tokens;
+  int hidden;
+  const float* u;
+  float res_eps;
+  const bf16* norm_w;
+  float norm_eps;
+  bf16 *mixed, *normed;
+  int64_t ld_out;
+};
+
 template <int VPT>
-void launch(cudaStream_t stream, const Candidates& c, int count, int64_t ld_in, int64_t tokens, int hidden,
-            const float* u, float res_eps, const bf16* norm_w, float norm_eps, bf16* mixed, bf16* normed,
-            int64_t ld_out, int smem) {
-  ensure_dynamic_smem(reinterpret_cast<const void*>(&attn_res_kernel<VPT>), smem);
-  attn_res_kernel<VPT><<<static_cast<unsigned>(2 * tokens), kThreads, smem, stream>>>(
-      c, count, ld_in, hidden, u, res_eps, norm_w, norm_eps, mixed, normed, ld_out);
+void launch_per_token(cudaStream_t stream, const LaunchArgs& a, int smem) {
+  const void* kernel = reinterpret_cast<const void*>(&attn_res_kernel<VPT>);
+  ensure_dynamic_smem(kernel, smem);
+  attn_res_kernel<VPT><<<static_cast<unsigned>(2 * a.tokens), kThreads, smem, stream>>>(
+      a.c, a.count, a.ld_in, a.hidden, a.u, a.res_eps, a.norm_w, a.norm_eps, a.mixed, a.normed, a.ld_out);
+  KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+// Clusters of this kernel that fit on the current device at once with `smem` bytes each (cached: the query
+// is a driver round trip).
+int resident_clusters(const void* kernel, int smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int>, int> cache;
+  int device = 0;
+  KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(device, kernel, smem);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(2 * 1024);
+  config.blockDim = dim3(kPipeThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  int clusters = 0;
+  KIMIRT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  KIMIRT_CUDA_REQUIRE(clusters > 0, "attn_res_mix_norm: no two-block cluster with ", smem,
+                      " bytes of shared memory per block fits on device ", device);
+  cache.emplace(key, clusters);
+  return clusters;
+}
+
+template <int VPT>
+void launch_pipelined(cudaStream_t stream, const LaunchArgs& a, int stages, int smem) {
+  const void* kernel = reinterpret_cast<const void*>(&attn_res_pipelined_kernel<VPT>);
+  ensure_dynamic_smem(kernel, smem);
+  const int64_t clusters = std::min<int64_t>(a.tokens, resident_clusters(kernel, smem));
+  attn_res_pipelined_kernel<VPT><<<static_cast<unsigned>(2 * clusters), kPipeThreads, smem, stream>>>(
+      a.c, a.count, a.ld_in, a.hidden, a.tokens, a.u, a.res_eps, a.norm_w, a.norm_eps, a.mixed, a.normed, a.ld_out,
+      stages);
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 
@@ -240,7 +407,8 @@ void attn_res_pseudo_query(cudaStream_t stream, const __nv_bfloat16* norm_w, con
 
 void attn_res_mix_norm(cudaStream_t stream, const __nv_bfloat16* const* candidates, int count, int64_t ld_in,
                        int64_t tokens, int64_t hidden, const float* u, float res_eps, const __nv_bfloat16* norm_w,
-                       float norm_eps, __nv_bfloat16* mixed, __nv_bfloat16* normed, int64_t ld_out) {
+                       float norm_eps, __nv_bfloat16* mixed, __nv_bfloat16* normed, int64_t ld_out,
+                       AttnResKernel kernel) {
   KIMIRT_CUDA_REQUIRE(count >= 1 && count <= kAttnResMaxCandidates, "attn_res_mix_norm: ", count, " candidates (1..",
                       kAttnResMaxCandidates, " supported)");
   KIMIRT_CUDA_REQUIRE(hidden > 0 && hidden % 8 == 0 && hidden <= 8 * 8 * kThreads, "attn_res_mix_norm: hidden ", hidden,
@@ -263,18 +431,25 @@ void attn_res_mix_norm(cudaStream_t stream, const __nv_bfloat16* const* candidat
     c.p[i] = candidates[i];
   }
   if (tokens == 0) return;
-  const int vpt = static_cast<int>((half + kThreads - 1) / kThreads);
-  const int h = static_cast<int>(hidden);
-  const int s = static_cast<int>(smem);
-  if (vpt <= 1) {
-    launch<1>(stream, c, count, ld_in, tokens, h, u, res_eps, norm_w, norm_eps, mixed, normed, ld_out, s);
-  } else if (vpt <= 2) {
-    launch<2>(stream, c, count, ld_in, tokens, h, u, res_eps, norm_w, norm_eps, mixed, normed, ld_out, s);
-  } else if (vpt <= 4) {
-    launch<4>(stream, c, count, ld_in, tokens, h, u, res_eps, norm_w, norm_eps, mixed, normed, ld_out, s);
-  } else {
-    launch<8>(stream, c, count, ld_in, tokens, h, u, res_eps, norm_w, norm_eps, mixed, normed, ld_out, s);
+  const LaunchArgs a{c,        count, ld_in,  tokens, static_cast<int>(hidden), u, res_eps, norm_w,
+                     norm_eps, mixed, normed, ld_out};
+  // The ring of the pipelined version: as many token slots (up to three) as fit.
+  const int stages = static_cast<int>(std::min<int64_t>(kMaxStages, kMaxRingBytes / smem));
+  const bool pipelined = kernel == AttnResKernel::kPipelined;
+  if (pipelined) {
+    KIMIRT_CUDA_REQUIRE(stages >= 1, "attn_res_mix_norm: ", count, " candidates of width ", hidden,
+                        " do not fit one ring slot");
+    const int s = static_cast<int>(stages * smem);
+    const int64_t vpt = (half + kPipeThreads - 1) / kPipeThreads;
+    if (vpt <= 1) return launch_pipelined<1>(stream, a, stages, s);
+    return launch_pipelined<2>(stream, a, stages, s);  // hidden ≤ 16384: at most 1024 vectors per block
   }
+  const int s = static_cast<int>(smem);
+  const int64_t vpt = (half + kThreads - 1) / kThreads;
+  if (vpt <= 1) return launch_per_token<1>(stream, a, s);
+  if (vpt <= 2) return launch_per_token<2>(stream, a, s);
+  if (vpt <= 4) return launch_per_token<4>(stream, a, s);
+  return launch_per_token<8>(stream, a, s);
 }
 
 }  // namespace kimirt::cuda

@@ -2,6 +2,7 @@
 // lanes per (row, head) for the gated per-head norm.
 #include <algorithm>
 
+#include "kimirt/cuda/async_pipeline.cuh"
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
 #include "kimirt/cuda/kernel_attr.h"
@@ -16,13 +17,6 @@ using detail::bf16;
 // it into shared memory: the block's threads never stall issuing loads, and at 14 KiB per K3 row a dozen
 // rows per SM are in flight. Then two passes over shared memory (sum of squares, then normalize).
 constexpr int kNormThreads = 128;
-
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   detail::smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
 
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_kernel(const bf16* x, int64_t ldx, const bf16* res, int64_t ld_res, bf16* sum_out, int64_t ld_sum,
@@ -40,8 +34,8 @@ __global__ void __launch_bounds__(kNormThreads)
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar_addr),
                  "r"(res ? 2 * bytes : bytes)
                  : "memory");
-    bulk_load(row_s, x + row * ldx, bytes, bar_addr);
-    if (res) bulk_load(row_s + vectors, res + row * ld_res, bytes, bar_addr);
+    detail::bulk_load(detail::smem_addr(row_s), x + row * ldx, bytes, bar_addr);
+    if (res) detail::bulk_load(detail::smem_addr(row_s + vectors), res + row * ld_res, bytes, bar_addr);
   }
   __syncthreads();
   asm volatile(
