@@ -86,7 +86,7 @@ TEST(NumericFlags, ThreadsPastAnyMachineAreRefused) {
 TEST(NumericFlags, ACacheThatDoesNotFitInMemoryNamesTheFlag) {
   if (!kimirt::test::kAddressSpaceLimitWorks) GTEST_SKIP() << "sanitizer build: no address-space limit";
   ASSERT_NE(startup_address_space_kib(), 0u) << "kimirt version does not start under 16 GiB";
-  const auto r = run_command(address_space_limit(300000) + kimirt() + " run -m " + golden("k3-tiny") +
+  const auto r = run_command(address_space_limit(300000) + "timeout 60 " + kimirt() + " run -m " + golden("k3-tiny") +
                              " --ids 1 -n 1000000 --threads 1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("-n 1000000 (with a prompt of 1 tokens): the model's weights and a cache of "

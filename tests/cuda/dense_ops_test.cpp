@@ -213,12 +213,15 @@ TEST(Router, MatchesCpuSelectionAndWeights) {
 TEST(AttnRes, MixAndNormMatchCpu) {
   KIMIRT_REQUIRE_GPU();
   // Both kernel versions; the pipelined one with more tokens than resident clusters (each cluster walks
-  // several tokens through its ring, wrapping the slots) and with 12 candidates (two slots).
+  // several tokens through its ring, wrapping the slots), with three slots (9 x 7168), two (12 x 7168) and
+  // one (12 x 16384).
   for (auto [count, hidden, tokens, kernel] :
        {std::tuple<int, int64_t, int64_t, AttnResKernel>{9, 7168, 6, AttnResKernel::kPerToken},
         {9, 7168, 6, AttnResKernel::kPipelined},
         {9, 7168, 1000, AttnResKernel::kPipelined},
-        {12, 7168, 300, AttnResKernel::kAuto},
+        {12, 7168, 300, AttnResKernel::kPipelined},
+        {12, 16384, 300, AttnResKernel::kPipelined},
+        {12, 7168, 7, AttnResKernel::kAuto},
         {12, 7168, 6, AttnResKernel::kPerToken},
         {1, 7168, 6, AttnResKernel::kAuto},
         {3, 1032, 6, AttnResKernel::kPerToken},

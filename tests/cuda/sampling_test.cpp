@@ -146,6 +146,38 @@ TEST(Sampling, TopKAcrossBlocksKeepsTheKLargest) {
   EXPECT_EQ(seen.size(), 3u);
 }
 
+// A batch of at least the SM count gives each row one block, which filters a candidate list gathered from
+// the row (top-k <= 256); the tokens equal those of the same rows sampled one at a time (split over 16
+// blocks). One row has more ties at its threshold than the list holds and takes the general path.
+TEST(Sampling, LargeBatchesPickTheTokensOfSingleRows) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 163840;
+  const int batch = 140;
+  std::vector<SamplingParams> ps;
+  std::vector<float> rows;
+  for (int i = 0; i < batch; ++i) {
+    SamplingParams p;
+    p.temperature = 0.6f + 0.01f * i;
+    p.seed = 500 + i;
+    p.step = i;
+    p.top_k = i % 2 == 0 ? 50 : (i % 3 == 0 ? 256 : 7);
+    p.top_p = i % 4 == 1 ? 0.8f : 1.0f;
+    p.min_p = i % 5 == 2 ? 0.02f : 0.0f;
+    ps.push_back(p);
+    std::vector<float> r = test::random_vec(vocab, 900 + i, -8, 8);
+    if (i == 3) {
+      for (int j = 0; j < 3000; ++j) r[j * 50] = 12.0f;  // 3000 ties at the top: more than a list holds
+    }
+    rows.insert(rows.end(), r.begin(), r.end());
+  }
+  const auto together = run(rows, vocab, ps, true);
+  for (int i = 0; i < batch; ++i) {
+    const std::vector<float> one(rows.begin() + i * vocab, rows.begin() + (i + 1) * vocab);
+    EXPECT_EQ(together[i], run(one, vocab, {ps[i]}, true)[0]) << "row " << i;
+  }
+  EXPECT_EQ(together[3] % 50, 0) << "a tied top value";
+}
+
 TEST(Sampling, FrequenciesFollowTheSoftmax) {
   KIMIRT_REQUIRE_GPU();
   const int64_t vocab = 8;

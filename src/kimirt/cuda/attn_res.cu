@@ -254,7 +254,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads)
 // on the way). A thread reads back only the bytes it copied, so its own wait_group is all the
 // synchronization the ring needs. The norm weight and u are loaded once per block instead of per token.
 // Slower than version 1 on the H200 (0.30 of the ceiling at 4096 tokens): one 512-thread block per SM,
-// and its per-token barriers (two cluster-wide, four block-wide) stop all of its warps at once, where
+// and its per-token barriers (two cluster-wide, five block-wide) stop all of its warps at once, where
 // version 1's three resident blocks interleave. (Thread 0 issuing bulk copies instead of cp.async per
 // thread measured the same.)
 constexpr int kPipeThreads = 512;
@@ -306,10 +306,13 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kPipeThreads, 1)
     const int s = static_cast<int>(k % stages);
     const int64_t token = cluster_id + k * clusters;
     const uint4* slot = ring + s * count * mine;
+    // Groups 0..k must be complete; the newest stages - 1 may still be in flight.
     if (stages == 3) {
       detail::cp_async_wait<2>();
-    } else {
+    } else if (stages == 2) {
       detail::cp_async_wait<1>();
+    } else {
+      detail::cp_async_wait<0>();
     }
 
     float part[kStats];
@@ -420,7 +423,8 @@ void attn_res_mix_norm(cudaStream_t stream, const __nv_bfloat16* const* candidat
   KIMIRT_CUDA_REQUIRE(ld_in >= hidden && ld_in % 8 == 0 && ld_out >= hidden && ld_out % 8 == 0,
                       "attn_res_mix_norm: row strides (in ", ld_in, ", out ", ld_out,
                       ") must be >= hidden and multiples of 8");
-  KIMIRT_CUDA_REQUIRE(tokens >= 0 && tokens < (1ll << 31), "attn_res_mix_norm: token count ", tokens);
+  KIMIRT_CUDA_REQUIRE(tokens >= 0 && tokens < (1ll << 30), "attn_res_mix_norm: token count ", tokens,
+                      " (at most 2^30: two blocks per token)");
   KIMIRT_CUDA_REQUIRE(candidates && u && norm_w && normed && detail::aligned16(u) && detail::aligned16(norm_w) &&
                           detail::aligned16(normed) && (!mixed || detail::aligned16(mixed)),
                       "attn_res_mix_norm: u, norm_w, normed (and mixed) must be non-null and 16-byte aligned");

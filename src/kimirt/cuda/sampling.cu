@@ -7,7 +7,8 @@
 //   4 passes top-p threshold (same digits, 2^-32 fixed-point probability mass of the top-k survivors);
 //   1 pass  Gumbel-max over the kept set, joined across the blocks.
 // All sums are integer (counts, fixed-point mass) and joined in block order, so the result does not depend
-// on C, i.e. not on the batch a request happens to be in.
+// on C, i.e. not on the batch a request happens to be in. With top-k ≤ 256 (the usual case) the filters
+// run on candidate lists instead of the row: see the two candidate paths in sample_kernel.
 #include <algorithm>
 #include <mutex>
 
@@ -29,7 +30,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // Per row, for the blocks of that row (only used when C > 1).
 constexpr int kCandCap = 512;   // top-k candidates one block may hand to block 0
-constexpr int kFastMaxK = 256;  // the candidate path serves top_k up to this
+constexpr int kFastMaxK = 256;  // the candidate paths serve top_k up to this
+constexpr int kSoloCap = 1024;  // candidates of a row handled by one block
 
 struct RowScratch {
   unsigned int counter;  // barrier arrivals; back to 0 when the row's blocks leave
@@ -307,6 +309,57 @@ __device__ uint32_t local_topk_threshold(Shared& sh, int n, Val val, int k) {
   return prefix;
 }
 
+// f(v, i) for this thread's share of i < n, where v is cache[i] below `cached` and src[i] above, with four
+// values loaded before any is used: the slice past the cache is read from global memory on every pass, and
+// a loop with one load per iteration waited one memory round trip per element.
+template <typename F>
+__device__ __forceinline__ void for_each_value(int n, int cached, const float* cache, const float* __restrict__ src,
+                                               F f) {
+  int i = threadIdx.x;
+  for (; i + 3 * kThreads < n; i += 4 * kThreads) {
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = i + u * kThreads;
+      v[u] = j < cached ? cache[j] : __ldcs(src + j);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) f(v[u], i + u * kThreads);
+  }
+  for (; i < n; i += kThreads) f(i < cached ? cache[i] : __ldcs(src + i), i);
+}
+
+// The slice's first m values into shared memory: 16-byte loads, four in flight per thread, when the source
+// is aligned after a few leading values.
+__device__ __forceinline__ void fill_cache(float* cache, const float* __restrict__ src, int m) {
+  const int head = min(m, static_cast<int>(((16 - (reinterpret_cast<uintptr_t>(src) & 15)) & 15) / 4));
+  if ((reinterpret_cast<uintptr_t>(src) & 3) != 0) {  // not even float-aligned: plain loads
+    for (int i = threadIdx.x; i < m; i += kThreads) cache[i] = __ldcs(src + i);
+    return;
+  }
+  for (int i = threadIdx.x; i < head; i += kThreads) cache[i] = __ldcs(src + i);
+  const int quads = (m - head) / 4;
+  const float4* s4 = reinterpret_cast<const float4*>(src + head);
+  float* c = cache + head;
+  int j = threadIdx.x;
+  for (; j + 3 * kThreads < quads; j += 4 * kThreads) {
+    float4 q[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) q[u] = __ldcs(s4 + j + u * kThreads);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      float* d = c + 4 * (j + u * kThreads);
+      d[0] = q[u].x, d[1] = q[u].y, d[2] = q[u].z, d[3] = q[u].w;
+    }
+  }
+  for (; j < quads; j += kThreads) {
+    const float4 q = __ldcs(s4 + j);
+    float* d = c + 4 * j;
+    d[0] = q.x, d[1] = q.y, d[2] = q.z, d[3] = q.w;
+  }
+  for (int i = head + 4 * quads + threadIdx.x; i < m; i += kThreads) cache[i] = __ldcs(src + i);
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     sample_kernel(const float* __restrict__ logits, int64_t ld, int vocab, int64_t vocab_offset,
                   const SamplingParams* __restrict__ params, int32_t* __restrict__ out_ids, float* out_scores,
@@ -327,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float inv_t = greedy ? 1.0f : 1.0f / p.temperature;
 
   // The slice once from global memory (the first `cached` values kept in shared memory).
-  for (int i = threadIdx.x; i < min(n, cached); i += kThreads) cache[i] = __ldcs(z + begin + i);
+  fill_cache(cache, z + begin, min(n, cached));
   __syncthreads();
   auto value = [&](int i) { return i < cached ? cache[i] : __ldcs(z + begin + i); };
   auto slice_id = [&](int i) { return begin + i; };
@@ -335,12 +388,45 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Max (and argmax for greedy) of the slice.
   float best = -INFINITY;
   int best_id = 0x7fffffff;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    float v = value(i);
+  for_each_value(n, cached, cache, z + begin, [&](float v, int i) {
     v = isnan(v) ? -INFINITY : v;
     if (pair_better(v, begin + i, best, best_id)) best = v, best_id = begin + i;
-  }
+  });
   block_argmax(best, best_id, sh.sv, sh.si);
+
+  // Candidate path of a row handled by one block (batches of at least the SM count, or no workspace;
+  // top-k ≤ 256): the k-th largest value of the cached part is at most the row's, so the values at or above
+  // it hold every value of the row's top k and all its ties. One more pass collects them, and every filter
+  // and the draw run on that list: two passes over the uncached part of the row instead of ten. The list
+  // gives the same thresholds, kept set and winner as the row.
+  if (blocks == 1 && !greedy && p.top_k > 0 && p.top_k <= kFastMaxK && p.top_k < vocab) {
+    __shared__ float solo_val[kSoloCap];
+    __shared__ int solo_id[kSoloCap];
+    const uint32_t tau_c = local_topk_threshold(sh, min(n, cached), value, p.top_k);
+    if (threadIdx.x == 0) cand_count = 0;
+    __syncthreads();
+    for_each_value(n, cached, cache, z + begin, [&](float v, int i) {
+      if (order_key(v) >= tau_c) {
+        const int slot = atomicAdd(&cand_count, 1);
+        if (slot < kSoloCap) solo_val[slot] = v, solo_id[slot] = begin + i;
+      }
+    });
+    __syncthreads();
+    const int total = cand_count;
+    if (total <= kSoloCap) {
+      float win;
+      int win_id;
+      select_and_draw(
+          sh, nullptr, false, 1, 0, generation, total, [&](int i) { return solo_val[i]; },
+          [&](int i) { return solo_id[i]; }, p, vocab, inv_t, best * inv_t, vocab_offset, win, win_id);
+      if (threadIdx.x == 0) {
+        out_ids[row] = static_cast<int32_t>(vocab_offset + (win_id == 0x7fffffff ? best_id : win_id));
+        if (out_scores) out_scores[row] = win;
+      }
+      return;
+    }
+    // More than kSoloCap values tie at the threshold: the general path below.
+  }
 
   // Candidate path (several blocks, top-k <= 256): each block sends the values at or above its own k-th
   // largest (k + ties, at most kCandCap) with its maximum; after one barrier block 0 runs every filter on
@@ -351,13 +437,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t tau_c = local_topk_threshold(sh, n, value, p.top_k);
     if (threadIdx.x == 0) cand_count = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      const float v = value(i);
+    for_each_value(n, cached, cache, z + begin, [&](float v, int i) {
       if (order_key(v) >= tau_c) {
         const int slot = atomicAdd(&cand_count, 1);
         if (slot < kCandCap) rs->cand_val[c][slot] = v, rs->cand_id[c][slot] = begin + i;
       }
-    }
+    });
     __syncthreads();
     if (threadIdx.x == 0) rs->count[c] = cand_count, rs->best[c] = best, rs->best_id[c] = best_id;
     row_barrier(rs, blocks, ++generation);
