@@ -14,6 +14,7 @@ using detail::bf16;
 struct Act {
   bool situ;
   float beta, inv_beta, linear_beta, inv_linear_beta;
+  float scale;  // β·β₂ (β without β₂): one product per value instead of two
 };
 
 // The special-function unit does the transcendentals (tanh.approx, ex2, rcp): with the IEEE tanhf / expf
@@ -22,9 +23,9 @@ struct Act {
 __device__ __forceinline__ float glu_value(const Act& a, float g, float u) {
   const float sg = detail::sigmoid_fast(g);
   if (!a.situ) return g * sg * u;
-  const float gp = a.beta * detail::tanh_fast(g * a.inv_beta) * sg;
-  const float up = a.linear_beta > 0.0f ? a.linear_beta * detail::tanh_fast(u * a.inv_linear_beta) : u;
-  return gp * up;
+  const float t = detail::tanh_fast(g * a.inv_beta) * sg;
+  const float up = a.linear_beta > 0.0f ? detail::tanh_fast(u * a.inv_linear_beta) : u;
+  return a.scale * t * up;
 }
 
 // Block (x, y): 256 threads over 8-value vectors of row y (blockIdx.y + y_offset).
@@ -72,8 +73,12 @@ Act make_act(const Glu& g) {
     KIMIRT_CUDA_REQUIRE(g.beta > 0.0f && g.beta < 1e30f, "glu: SiTU beta (activation_situ_beta) ", g.beta,
                         " must be finite and positive");
   }
-  Act a{g.kind == Glu::Kind::kSitu, g.beta, 1.0f / g.beta, g.linear_beta,
-        g.linear_beta > 0.0f ? 1.0f / g.linear_beta : 0.0f};
+  Act a{g.kind == Glu::Kind::kSitu,
+        g.beta,
+        1.0f / g.beta,
+        g.linear_beta,
+        g.linear_beta > 0.0f ? 1.0f / g.linear_beta : 0.0f,
+        g.linear_beta > 0.0f ? g.beta * g.linear_beta : g.beta};
   return a;
 }
 
