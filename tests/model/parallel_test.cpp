@@ -15,17 +15,11 @@ namespace {
 using quant::Region;
 using quant::WeightFormat;
 using testing::error_of;
+using testing::golden_config;
+using testing::golden_schema;
 using ::testing::HasSubstr;
 using testing::index_keys;
-using testing::read_json;
 
-ModelConfig golden_config(const std::string& model) {
-  return ModelConfig::from_json(read_json(model + "/config.json"));
-}
-
-Schema golden_schema(const std::string& model) {
-  return Schema::for_checkpoint(golden_config(model), KeyIndex::from_names(index_keys(model)));
-}
 
 const ParamSlice& slice_of(const std::vector<ParamSlice>& slices, const std::string& name) {
   for (const auto& s : slices) {

@@ -13,6 +13,9 @@
 #include "common/error_of.h"
 #include "kimirt/base/error.h"
 #include "kimirt/io/checkpoint.h"
+#include "kimirt/model/config.h"
+#include "kimirt/model/key_index.h"
+#include "kimirt/model/schema.h"
 #include "kimirt/tensor/tensor.h"
 
 namespace kimirt::model::testing {
@@ -32,6 +35,14 @@ inline std::set<std::string> index_keys(const std::string& model) {
   std::set<std::string> keys;
   for (const auto& [k, v] : j.at("weight_map").items()) keys.insert(k);
   return keys;
+}
+
+// A golden checkpoint's config, and the schema it implies for that checkpoint's key set.
+inline ModelConfig golden_config(const std::string& model) {
+  return ModelConfig::from_json(read_json(model + "/config.json"));
+}
+inline Schema golden_schema(const std::string& model) {
+  return Schema::for_checkpoint(golden_config(model), KeyIndex::from_names(index_keys(model)));
 }
 
 // Every tensor of a golden checkpoint, read through the io layer.
