@@ -22,16 +22,8 @@ summary="$OUT/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-if [[ -d .deps/usr ]]; then
-  # pack-deps.sh wrote absolute prefixes of the machine that packed them: point them here.
-  for pc in .deps/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
-    [[ -f $pc ]] && sed -i "s|^prefix=.*|prefix=$PWD/.deps/usr|" "$pc"
-  done
-  export CMAKE_PREFIX_PATH="$PWD/.deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export PKG_CONFIG_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-  export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-if [[ -z "${CUDACXX:-}" && -x /usr/local/cuda/bin/nvcc ]]; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi
+# shellcheck source=scripts/device_env.sh
+source scripts/device_env.sh
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$summary"
 
