@@ -196,6 +196,22 @@ __device__ __forceinline__ void zero_whist(Shared& sh) {
   __syncthreads();
 }
 
+// f(val(i), i) for this thread's share of i < n, four values fetched before any is used: every pass of
+// the selections goes through here, and on a row longer than the shared-memory cache val reads global
+// memory, where a loop with one load per iteration waited one round trip per element.
+template <typename Val, typename F>
+__device__ __forceinline__ void for_each_value(int n, Val val, F f) {
+  int i = threadIdx.x;
+  for (; i + 3 * kThreads < n; i += 4 * kThreads) {
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = val(i + u * kThreads);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) f(v[u], i + u * kThreads);
+  }
+  for (; i < n; i += kThreads) f(val(i), i);
+}
+
 __device__ __forceinline__ unsigned long long fixed_mass(float z, float inv_t, float zmax) {
   return __float2ull_rn(exp2f((z * inv_t - zmax) * kLog2e) * 4294967296.0f);
 }
@@ -217,10 +233,10 @@ __device__ void select_and_draw(Shared& sh, RowScratch* rs, bool joint, int bloc
     unsigned long long remaining = static_cast<unsigned long long>(p.top_k);
     for (int shift = 24; shift >= 0; shift -= 8) {
       zero_whist(sh);
-      for (int i = threadIdx.x; i < n; i += kThreads) {
-        const uint32_t key = order_key(val(i));
+      for_each_value(n, val, [&](float v, int) {
+        const uint32_t key = order_key(v);
         if ((key & mask) == prefix) count_add(&sh.whist[warp][(key >> shift) & 255u]);
-      }
+      });
       join_histogram(sh, rs, jb, c, generation);
       select_bin(sh, 0, remaining);
       prefix |= sh.sel_bin << shift;
@@ -236,13 +252,12 @@ __device__ void select_and_draw(Shared& sh, RowScratch* rs, bool joint, int bloc
     unsigned long long above = 0, target = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
       zero_whist(sh);
-      for (int i = threadIdx.x; i < n; i += kThreads) {
-        const float v = val(i);
+      for_each_value(n, val, [&](float v, int) {
         const uint32_t key = order_key(v);
         if (key >= tau && (key & mask) == prefix && !isnan(v)) {
           atomicAdd(&sh.whist[warp][(key >> shift) & 255u], fixed_mass(v, inv_t, zmax));
         }
-      }
+      });
       join_histogram(sh, rs, jb, c, generation);
       if (shift == 24) {
         unsigned long long total = 0;
@@ -262,10 +277,9 @@ __device__ void select_and_draw(Shared& sh, RowScratch* rs, bool joint, int bloc
   // Gumbel-max over the kept set.
   win = -INFINITY;
   win_id = 0x7fffffff;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const float v = val(i);
+  for_each_value(n, val, [&](float v, int i) {
     const float zi = v * inv_t;
-    if (order_key(v) < tau || !(zi >= zmin)) continue;
+    if (order_key(v) < tau || !(zi >= zmin)) return;
     const int gid = id(i);
     const detail::Philox4 r =
         detail::philox4x32_10(detail::Philox4{static_cast<uint32_t>(vocab_offset + gid), static_cast<uint32_t>(p.step),
@@ -274,7 +288,7 @@ __device__ void select_and_draw(Shared& sh, RowScratch* rs, bool joint, int bloc
     const float u = detail::uniform_open01(r.x);
     const float score = zi - logf(-logf(u));
     if (pair_better(score, gid, win, win_id)) win = score, win_id = gid;
-  }
+  });
   block_argmax(win, win_id, sh.sv, sh.si);
 }
 
@@ -288,10 +302,10 @@ __device__ uint32_t local_topk_threshold(Shared& sh, int n, Val val, int k) {
   unsigned long long remaining = static_cast<unsigned long long>(k);
   for (int shift = 24; shift >= 0; shift -= 8) {
     zero_whist(sh);
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      const uint32_t key = order_key(val(i));
+    for_each_value(n, val, [&](float v, int) {
+      const uint32_t key = order_key(v);
       if ((key & mask) == prefix) count_add(&sh.whist[warp][(key >> shift) & 255u]);
-    }
+    });
     __syncthreads();
     for (int b = threadIdx.x; b < kBins; b += kThreads) {
       unsigned long long t = 0;
@@ -307,26 +321,6 @@ __device__ uint32_t local_topk_threshold(Shared& sh, int n, Val val, int k) {
     __syncthreads();
   }
   return prefix;
-}
-
-// f(v, i) for this thread's share of i < n, where v is cache[i] below `cached` and src[i] above, with four
-// values loaded before any is used: the slice past the cache is read from global memory on every pass, and
-// a loop with one load per iteration waited one memory round trip per element.
-template <typename F>
-__device__ __forceinline__ void for_each_value(int n, int cached, const float* cache, const float* __restrict__ src,
-                                               F f) {
-  int i = threadIdx.x;
-  for (; i + 3 * kThreads < n; i += 4 * kThreads) {
-    float v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int j = i + u * kThreads;
-      v[u] = j < cached ? cache[j] : __ldcs(src + j);
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) f(v[u], i + u * kThreads);
-  }
-  for (; i < n; i += kThreads) f(i < cached ? cache[i] : __ldcs(src + i), i);
 }
 
 // The slice's first m values into shared memory: 16-byte loads, four in flight per thread, when the source
@@ -388,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Max (and argmax for greedy) of the slice.
   float best = -INFINITY;
   int best_id = 0x7fffffff;
-  for_each_value(n, cached, cache, z + begin, [&](float v, int i) {
+  for_each_value(n, value, [&](float v, int i) {
     v = isnan(v) ? -INFINITY : v;
     if (pair_better(v, begin + i, best, best_id)) best = v, best_id = begin + i;
   });
@@ -405,7 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t tau_c = local_topk_threshold(sh, min(n, cached), value, p.top_k);
     if (threadIdx.x == 0) cand_count = 0;
     __syncthreads();
-    for_each_value(n, cached, cache, z + begin, [&](float v, int i) {
+    for_each_value(n, value, [&](float v, int i) {
       if (order_key(v) >= tau_c) {
         const int slot = atomicAdd(&cand_count, 1);
         if (slot < kSoloCap) solo_val[slot] = v, solo_id[slot] = begin + i;
@@ -437,7 +431,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t tau_c = local_topk_threshold(sh, n, value, p.top_k);
     if (threadIdx.x == 0) cand_count = 0;
     __syncthreads();
-    for_each_value(n, cached, cache, z + begin, [&](float v, int i) {
+    for_each_value(n, value, [&](float v, int i) {
       if (order_key(v) >= tau_c) {
         const int slot = atomicAdd(&cand_count, 1);
         if (slot < kCandCap) rs->cand_val[c][slot] = v, rs->cand_id[c][slot] = begin + i;
