@@ -69,6 +69,7 @@ void mla_suite(Context& ctx) {
                               {1, 32768, 16}, {4, 65536, 16}, {1, 32768, 24},  {1, 32768, 32}};
   constexpr double kRotateBytes = 256e6;  // several times the 50-60 MB L2
   for (const auto [batch, seq, nh] : cases) {
+    if (!ctx.wants(fmt::format("decode attn B={} ctx={} heads={}", batch, seq, nh))) continue;
     const double cache_bytes = static_cast<double>(batch) * ((seq + kPage - 1) / kPage) * kPage * kMlaRow * 2;
     const int copies = static_cast<int>(std::clamp(std::ceil(kRotateBytes / cache_bytes), 1.0, 64.0));
     const int calls = std::max(copies, 6);  // per graph: the graph launch's own latency amortized
@@ -79,12 +80,17 @@ void mla_suite(Context& ctx) {
     const MlaDecodePlan chosen = plan_mla_decode(batch, nh, seq, ctx.device.sm_count);
     const MlaDecodeKernel other =
         chosen.kernel == MlaDecodeKernel::kMma16 ? MlaDecodeKernel::kWgmma64 : MlaDecodeKernel::kMma16;
-    for (const MlaDecodePlan& plan : {chosen, plan_mla_decode(batch, nh, seq, ctx.device.sm_count, other)}) {
+    // The chosen kernel both alone and with overlap_previous (as the layer step launches it: its start
+    // overlaps the previous kernel, here the previous call's merge).
+    const std::pair<MlaDecodePlan, bool> variants[] = {
+        {chosen, false}, {chosen, true}, {plan_mla_decode(batch, nh, seq, ctx.device.sm_count, other), false}};
+    for (const auto& [plan, overlap] : variants) {
       DeviceBuffer ws(plan.workspace_bytes + 16);
       MlaDecodeArgs a;
       a.q = q.as<bf16>(), a.ld_q = nh * kMlaRow, a.cache = pc.cache(), a.page_size = kPage;
       a.block_table = pc.table.as<int32_t>(), a.ld_block_table = pc.pages_per_seq, a.seq_lens = pc.lens.as<int32_t>();
       a.out = out.as<bf16>(), a.ld_out = nh * 512, a.batch = batch, a.heads = nh;
+      a.overlap_previous = overlap;
       // Timed as a CUDA graph of `calls` calls (as a decode step runs it): device time, without the host's
       // launch overhead, which would otherwise exceed the kernel at short contexts.
       for (int c = 0; c < copies; ++c) {  // set-up (kernel attributes, tensor maps) outside the capture
@@ -108,8 +114,9 @@ void mla_suite(Context& ctx) {
       const double rows = static_cast<double>(batch) * seq;
       const bool is_chosen = plan.kernel == chosen.kernel;
       Result r{"mla",
-               fmt::format("decode attn B={} ctx={} heads={}{}", batch, seq, nh,
-                           is_chosen ? "" : fmt::format(" [{}, not chosen]", mla_decode_kernel_name(plan.kernel))),
+               fmt::format("decode attn B={} ctx={} heads={}{}{}", batch, seq, nh,
+                           is_chosen ? "" : fmt::format(" [{}, not chosen]", mla_decode_kernel_name(plan.kernel)),
+                           overlap ? " PDL" : ""),
                us,
                rows * kMlaRow * 2 + batch * nh * (kMlaRow + 512) * 2.0,
                rows * nh * 2.0 * (kMlaRow + 512),
@@ -122,7 +129,7 @@ void mla_suite(Context& ctx) {
   }
 
   // Prefill attention: one 4096-token sequence, 96 heads (keys expanded: k_nope|v per head, k_pe shared).
-  {
+  if (ctx.wants("prefill attn 4096 tokens causal heads=96")) {
     const int t = 4096;
     DeviceBuffer q(static_cast<int64_t>(t) * heads * 192 * 2), kv(static_cast<int64_t>(t) * heads * 256 * 2),
         lat(static_cast<int64_t>(t) * kMlaRow * 2), o(static_cast<int64_t>(t) * heads * 128 * 2), cu(8);
@@ -144,7 +151,7 @@ void mla_suite(Context& ctx) {
   }
 
   // One layer decode step, batch 1, context 32k, all projections (K3 weights, TP = 1).
-  {
+  if (ctx.wants("layer decode step B=1 ctx=32k")) {
     const int64_t H = 7168, ctx_len = 32768;
     struct W {
       DeviceBuffer buf;

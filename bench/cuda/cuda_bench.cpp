@@ -64,6 +64,10 @@ int run_main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the results as JSON to this file");
   app.add_option("--gemm-table", table_path, "write the measured GEMM dispatch table (text) to this file");
   app.add_flag("--quick", quick, "fewer samples");
+  std::string filter;
+  app.add_option("--filter", filter,
+                 "run only the cases whose name contains this text (suites that build a case before timing it: mla; "
+                 "for profiling one kernel)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!kimirt::cuda::gpu_available()) {
@@ -82,6 +86,7 @@ int run_main(int argc, char** argv) {
     Context ctx;
     ctx.device = kimirt::cuda::query_device(0);
     ctx.quick = quick;
+    ctx.filter = filter;
     ctx.gemm_table_path = table_path;
     kimirt::cuda::Stream stream;
     ctx.stream = stream.get();

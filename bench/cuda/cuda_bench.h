@@ -35,6 +35,10 @@ struct Context {
   cudaStream_t stream = nullptr;
   bool quick = false;
   std::string gemm_table_path;  // where the GEMM suite writes its dispatch table ("" = don't)
+  std::string filter;           // --filter: run only the cases whose name contains this ("" = all)
+  bool wants(const std::string& case_name) const {
+    return filter.empty() || case_name.find(filter) != std::string::npos;
+  }
   std::vector<Result> results;
   void add(Result r);
 };

@@ -10,6 +10,7 @@
 #include "kimirt/cuda/mla_cache.h"
 #include "kimirt/cuda/mla_decode.h"
 #include "kimirt/cuda/mla_prefill.h"
+#include "mla_reference.h"
 #include "test_util.h"
 
 namespace kimirt::cuda {
@@ -101,27 +102,7 @@ TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
       }
     }
     DeviceBuffer dc = upload(cache_bf16), dq = upload(test::to_bf16(q)), dt = upload(table), dl = upload(lens);
-    std::vector<float> ref(batch * heads * 512);
-    for (int b = 0; b < batch; ++b)
-      for (int h = 0; h < heads; ++h) {
-        std::vector<double> s(lens[b]);
-        double mx = -1e300;
-        for (int j = 0; j < lens[b]; ++j) {
-          const int64_t row = int64_t(table[b * max_pages + j / page]) * page + j % page;
-          double acc = 0;
-          for (int d = 0; d < 576; ++d) acc += double(q[(b * heads + h) * 576 + d]) * cache[row * 576 + d];
-          s[j] = acc / std::sqrt(192.0);
-          mx = std::max(mx, s[j]);
-        }
-        double den = 0;
-        for (auto& v : s) den += (v = std::exp(v - mx));
-        for (int d = 0; d < 512; ++d) {
-          double o = 0;
-          for (int j = 0; j < lens[b]; ++j)
-            o += s[j] * cache[(int64_t(table[b * max_pages + j / page]) * page + j % page) * 576 + d];
-          ref[(b * heads + h) * 512 + d] = float(o / den);
-        }
-      }
+    const std::vector<float> ref = test::mla_decode_reference(q, cache, table, max_pages, lens, heads, page);
     for (MlaDecodeKernel kernel : kKernels) {
       for (int sms : {1, 132, 1000}) {  // 1 SM: no split; more: split-KV with the merge kernel
         const MlaDecodePlan plan = plan_mla_decode(batch, heads, 700, sms, kernel);
@@ -155,26 +136,7 @@ TEST(MlaDecode, LongContextManySplits) {
   for (int heads : {96, 12}) {
     std::vector<float> q = test::random_vec(heads * 576, 16 + heads, -0.3f, 0.3f);
     DeviceBuffer dq = upload(test::to_bf16(q));
-    std::vector<float> ref(heads * 512);
-    for (int h = 0; h < heads; ++h) {
-      std::vector<double> s(len);
-      double mx = -1e300;
-      for (int j = 0; j < len; ++j) {
-        const int64_t row = int64_t(table[j / page]) * page + j % page;
-        double acc = 0;
-        for (int d = 0; d < 576; ++d) acc += double(q[h * 576 + d]) * cache[row * 576 + d];
-        s[j] = acc / std::sqrt(192.0);
-        mx = std::max(mx, s[j]);
-      }
-      double den = 0;
-      for (auto& v : s) den += (v = std::exp(v - mx));
-      std::vector<double> o(512, 0.0);
-      for (int j = 0; j < len; ++j) {
-        const float* c = &cache[(int64_t(table[j / page]) * page + j % page) * 576];
-        for (int d = 0; d < 512; ++d) o[d] += s[j] * c[d];
-      }
-      for (int d = 0; d < 512; ++d) ref[h * 512 + d] = float(o[d] / den);
-    }
+    const std::vector<float> ref = test::mla_decode_reference(q, cache, table, pages, {len}, heads, page);
     for (MlaDecodeKernel kernel : kKernels) {
       const MlaDecodePlan plan = plan_mla_decode(1, heads, len, 132, kernel);
       EXPECT_GT(plan.splits, 20) << mla_decode_kernel_name(kernel) << " heads " << heads;

@@ -7,6 +7,7 @@
 // is a full 16-byte vector and every 64-byte row segment is read by four adjacent lanes.
 #include <algorithm>
 
+#include "kimirt/cuda/async_pipeline.cuh"
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
 #include "kimirt/cuda/gemv.h"
@@ -62,6 +63,9 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
   const int t = lane & 3;
   const int row0 = WIDE ? (blockIdx.x * kWarps + warp) * kRows : blockIdx.x * kRows;
   const int64_t entry = blockIdx.z;
+  // A kernel launched after this one as a programmatic dependent (the MLA decode attention after the W_UK
+  // absorption) may start its independent work now; it waits for this grid before reading y.
+  detail::pdl_launch_dependents();
   const bf16* x_base = p.x + entry * p.stride_x;
   const bf16* w_base = p.w + entry * p.stride_w;
   const int k_begin = blockIdx.y * p.k_per_split;

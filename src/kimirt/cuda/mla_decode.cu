@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   detail::pdl_launch_dependents();  // the merge kernel may get resident; it waits for this grid's end
 
   if (k_start >= k_end) {
+    detail::pdl_wait();  // the previous kernel (a previous merge, say) may still read the outputs
     mla_kernels::write_empty_chunk(prm, b, split, h0, nh, tid, kThreads);
     return;
   }
@@ -147,17 +148,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Prologue (thread 0): the barriers; Q (64 rows from h0; rows past the last head are zero-filled by the
   // copy engine, rows of the next head group only give discarded scores) and tile 0 on the first barrier.
+  // Under MlaDecodeArgs::overlap_previous the previous kernel may still be writing q: tile 0 is copied
+  // before the wait, q after it (griddepcontrol.wait is a no-op otherwise).
   int rows_next[kBoxes];
   if (tid == 0) {
     detail::mbar_init(bar0, 1);
     detail::mbar_init(bar0 + 8, 1);
     detail::mbar_init_fence();
-    const uint32_t q_dst = detail::smem_addr(qs);
-#pragma unroll
-    for (int at = 0; at < kAtoms; ++at) detail::tma_load_3d(q_dst + at * kQAtomBytes, &q_map, at * 64, h0, b, bar0);
     lookup(0, rows_next);
     issue_tile(0, 0, rows_next, kQBytes);
     if (n_tiles > 1) lookup(1, rows_next);
+  }
+  detail::pdl_wait();  // every thread: none of them writes out before the previous kernel has ended
+  if (tid == 0) {
+    const uint32_t q_dst = detail::smem_addr(qs);
+#pragma unroll
+    for (int at = 0; at < kAtoms; ++at) detail::tma_load_3d(q_dst + at * kQAtomBytes, &q_map, at * 64, h0, b, bar0);
   }
   __syncthreads();  // the barriers are initialized
 
@@ -330,6 +336,9 @@ __global__ void __launch_bounds__(256)
   const int head = blockIdx.x, part = blockIdx.y, b = blockIdx.z;
   const int grp = threadIdx.x / kMergeLanes, cl = (threadIdx.x % kMergeLanes) * 8, col = part * kMergeCols + cl;
   const int64_t base = static_cast<int64_t>(b) * splits * heads + head;
+  // The next decode call (overlap_previous) may get resident and start copying; it waits for this grid's
+  // end before it writes the parts again.
+  detail::pdl_launch_dependents();
   detail::pdl_wait();
   float m = -INFINITY, den = 0.0f;
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -468,6 +477,24 @@ CUtensorMap cached_map(const MapKey& key, Make make) {
   return map;
 }
 
+// A launch configuration, with the programmatic-serialization attribute (PDL) when `overlap`.
+struct Launch {
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute attr[1]{};
+  Launch(dim3 grid, int threads, int smem, cudaStream_t stream, bool overlap) {
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(static_cast<unsigned>(threads));
+    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+    cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = overlap ? 1 : 0;
+  }
+  Launch(const Launch&) = delete;  // cfg.attrs points into this object
+  Launch& operator=(const Launch&) = delete;
+};
+
 uint64_t part_bytes(int batch, int splits, int heads) {
   return (static_cast<uint64_t>(batch) * splits * heads * kMlaLatent * 2 + 255) / 256 * 256;
 }
@@ -575,26 +602,20 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
   if (mma16) {
     namespace k = mla_kernels::mma16;
     ensure_dynamic_smem(reinterpret_cast<const void*>(&k::mla_decode_mma16_kernel), k::kSmemBytes);
-    k::mla_decode_mma16_kernel<<<grid, k::kThreads, k::kSmemBytes, stream>>>(map, p);
+    Launch l(grid, k::kThreads, k::kSmemBytes, stream, a.overlap_previous);
+    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, k::mla_decode_mma16_kernel, map, p));
   } else {
     const CUtensorMap q_map = cached_map({1, reinterpret_cast<uintptr_t>(a.q), a.heads, a.batch, a.ld_q},
                                          [&] { return q_tensor_map(a.q, a.heads, a.batch, a.ld_q); });
     ensure_dynamic_smem(reinterpret_cast<const void*>(&mla_decode_kernel), kSmemBytes);
-    mla_decode_kernel<<<grid, kThreads, kSmemBytes, stream>>>(map, q_map, p);
+    Launch l(grid, kThreads, kSmemBytes, stream, a.overlap_previous);
+    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, mla_decode_kernel, map, q_map, p));
   }
-  KIMIRT_CUDA_CHECK_LAUNCH();
   if (plan.splits > 1) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(a.heads), kMlaLatent / kMergeCols, static_cast<unsigned>(a.batch));
-    cfg.blockDim = dim3(256);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, mla_decode_merge_kernel, static_cast<const bf16*>(p.o_part),
+    // Always a programmatic dependent of the attention grid (which triggers at its start).
+    Launch l(dim3(static_cast<unsigned>(a.heads), kMlaLatent / kMergeCols, static_cast<unsigned>(a.batch)), 256, 0,
+             stream, true);
+    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, mla_decode_merge_kernel, static_cast<const bf16*>(p.o_part),
                                          static_cast<const float*>(p.lse), plan.splits, a.heads, a.out, a.ld_out));
   }
 }

@@ -38,6 +38,12 @@ struct MlaDecodeArgs {
   int batch = 0;
   int heads = 0;
   float scale = 0.0f;  // 0 means 192^-½ (q_nope 128 + q_pe 64)
+  // Start before the previous kernel on the stream has finished (programmatic dependent launch): the blocks
+  // look up their pages and start copying cache tiles at once, and wait for that kernel only before they
+  // read q and write out. Only for a previous kernel that writes none of cache, block_table and seq_lens
+  // (q, say: the absorption GEMM); the work before that kernel is complete either way. Otherwise a
+  // decode call's start (launch, page lookup, first copies: a few µs) is spent idle.
+  bool overlap_previous = false;
 };
 
 inline constexpr int kMlaChunkAlign = 16;  // a plan's chunk is a multiple of this

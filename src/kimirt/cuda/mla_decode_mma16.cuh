@@ -179,6 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   detail::pdl_launch_dependents();  // the merge kernel may get resident; it waits for this grid's end
 
   if (k_start >= k_end) {
+    detail::pdl_wait();  // the previous kernel (a previous merge, say) may still read the outputs
     write_empty_chunk(prm, b, split, h0, nh, tid, kThreads);
     return;
   }
@@ -198,6 +199,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   const int grp = warp / kGroupWarps, wq = warp % kGroupWarps, g = lane >> 2, tq = lane & 3;
+  // Under MlaDecodeArgs::overlap_previous the previous kernel may still be writing q (the producer, which
+  // reads neither q nor the outputs, is already copying tiles); a no-op otherwise.
+  detail::pdl_wait();
   // Q [16 heads x 576] into shared memory once (heads past the group's last are zeros: their scores are
   // discarded). The A fragments are re-read per tile with ldmatrix rather than kept in registers: 36 more
   // registers would spill, with 9 warps a block gets at most 168 per thread. Rows padded by 16 bytes so that

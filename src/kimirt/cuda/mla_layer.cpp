@@ -90,7 +90,13 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   if (!side) latent_branch(linear, stream);
 
   // q_abs[:, h, :512] = q_nope_h · W_UK_h (W_UK_h = kv_b rows h·256 .. h·256+127, [128, 512]); q_pe copied.
+  // The copy and the wait for the latent branch come first, so that the absorption kernel is the attention's
+  // only predecessor: the attention then starts (page lookups, first cache copies) while it finishes.
   bf16* q_abs = arena.step<bf16>(batch * d.heads * kMlaRow, "mla.q_abs");
+  KIMIRT_CUDA_CHECK(cudaMemcpy2DAsync(q_abs + kMlaLatent, kMlaRow * sizeof(bf16), q + kNope, kQk * sizeof(bf16),
+                                      kMlaRope * sizeof(bf16), static_cast<size_t>(batch * d.heads),
+                                      cudaMemcpyDeviceToDevice, stream));
+  if (side) KIMIRT_CUDA_CHECK(cudaStreamWaitEvent(stream, side->kv_ready));
   if (w.w_uk_t && linear.uses_skinny(batch, kMlaLatent, kNope)) {
     linear.batched(stream, q, d.heads * kQk, kQk, w.w_uk_t, kNope, kMlaLatent * kNope, q_abs, OutType::kBF16,
                    d.heads * kMlaRow, kMlaRow, batch, kMlaLatent, kNope, d.heads);
@@ -98,9 +104,6 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
     linear.lt().batched_bf16(stream, q, d.heads * kQk, kQk, w.kv_b_proj, kMlaLatent, kKvB * kMlaLatent, false, q_abs,
                              OutType::kBF16, d.heads * kMlaRow, kMlaRow, batch, kMlaLatent, kNope, d.heads);
   }
-  KIMIRT_CUDA_CHECK(cudaMemcpy2DAsync(q_abs + kMlaLatent, kMlaRow * sizeof(bf16), q + kNope, kQk * sizeof(bf16),
-                                      kMlaRope * sizeof(bf16), static_cast<size_t>(batch * d.heads),
-                                      cudaMemcpyDeviceToDevice, stream));
 
   const MlaDecodePlan plan =
       plan_mla_decode(static_cast<int>(batch), static_cast<int>(d.heads), max_seq_len, linear.sm_count());
@@ -112,7 +115,7 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   a.block_table = cache.block_table, a.ld_block_table = cache.ld_block_table, a.seq_lens = seq_lens;
   a.out = o_lat, a.ld_out = d.heads * kMlaLatent, a.batch = static_cast<int>(batch),
   a.heads = static_cast<int>(d.heads);
-  if (side) KIMIRT_CUDA_CHECK(cudaStreamWaitEvent(stream, side->kv_ready));
+  a.overlap_previous = true;  // the previous kernel is the absorption: it writes q_abs only
   mla_decode(stream, a, plan, ws);
 
   // o[:, h, :] = ō_h · W_UV_hᵀ (W_UV_h = kv_b rows h·256+128 .. h·256+255, [128, 512]).

@@ -19,13 +19,25 @@ struct Act {
 
 // The special-function unit does the transcendentals (tanh.approx, ex2, rcp): with the IEEE tanhf / expf
 // this kernel was compute-bound at a third of the memory bandwidth. Errors (~2^-11 relative from tanh) stay
-// under the bf16 rounding of the output.
-__device__ __forceinline__ float glu_value(const Act& a, float g, float u) {
+// under the bf16 rounding of the output. kKind: 0 SiLU, 1 SiTU, 2 SiTU with the up-branch tanh.
+template <int kKind>
+__device__ __forceinline__ float glu_value_k(const Act& a, float g, float u) {
   const float sg = detail::sigmoid_fast(g);
-  if (!a.situ) return g * sg * u;
-  const float t = detail::tanh_fast(g * a.inv_beta) * sg;
-  const float up = a.linear_beta > 0.0f ? detail::tanh_fast(u * a.inv_linear_beta) : u;
-  return a.scale * t * up;
+  if constexpr (kKind == 0) {
+    return g * sg * u;
+  } else {
+    const float t = detail::tanh_fast(g * a.inv_beta) * sg;
+    const float up = kKind == 2 ? detail::tanh_fast(u * a.inv_linear_beta) : u;
+    return a.scale * t * up;
+  }
+}
+
+// The kind chosen at run time: the bf16 kernel streams at the copy ceiling either way. The FP8 kernel is
+// instantiated per kind instead: there the special-function unit and the issue slots, not memory, set the
+// pace (H200 profile, 2026-11-29: MUFU-queue and not-selected stalls), so run-time branches cost time.
+__device__ __forceinline__ float glu_value(const Act& a, float g, float u) {
+  if (!a.situ) return glu_value_k<0>(a, g, u);
+  return a.linear_beta > 0.0f ? glu_value_k<2>(a, g, u) : glu_value_k<1>(a, g, u);
 }
 
 // Block (x, y): 256 threads over 8-value vectors of row y (blockIdx.y + y_offset).
@@ -44,7 +56,11 @@ __global__ void glu_kernel(Act a, const bf16* __restrict__ gate, const bf16* __r
 
 // A half-warp per (row, 128-wide group); lane l of it holds columns 8l..8l+7. A block is one group of 16
 // consecutive rows, so its 16 scales land side by side (scales are [groups][rows_pad]) instead of as 16
-// scattered 4-byte writes. Rows rows..rows_pad-1 are written as zeros (the FP8 GEMM reads them).
+// scattered 4-byte writes. Rows rows..rows_pad-1 are written as zeros (the FP8 GEMM reads them). The values
+// are rounded to bf16 (what the unfused model quantizes) two per conversion (F2FP on the ALU) and widened
+// back with bit operations: a one-value F2F runs on the special-function unit, which the activation's
+// transcendentals already fill.
+template <int kKind>
 __global__ void glu_fp8_kernel(Act a, const bf16* __restrict__ gate, const bf16* __restrict__ up, int64_t ld_in,
                                uint8_t* __restrict__ out_q, float* __restrict__ scales, int64_t rows, int64_t rows_pad,
                                int64_t row0, int width) {
@@ -59,7 +75,12 @@ __global__ void glu_fp8_kernel(Act a, const bf16* __restrict__ gate, const bf16*
     detail::unpack8(detail::ldcs16(gate + r * ld_in + c), g);
     detail::unpack8(detail::ldcs16(up + r * ld_in + c), u);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = detail::round_bf16(glu_value(a, g[j], u[j]));
+    for (int j = 0; j < 8; j += 2) {
+      const uint32_t p =
+          detail::pack_bf16x2(glu_value_k<kKind>(a, g[j], u[j]), glu_value_k<kKind>(a, g[j + 1], u[j + 1]));
+      v[j] = __uint_as_float(p << 16);
+      v[j + 1] = __uint_as_float(p & 0xFFFF0000u);
+    }
   }
   float scale;
   const uint2 codes = detail::quantize_group8(v, &scale);
@@ -123,8 +144,15 @@ void glu_fp8(cudaStream_t stream, const Glu& act, const __nv_bfloat16* gate, con
   const unsigned bx = static_cast<unsigned>(width / 128);
   for (int64_t row0 = 0; row0 < rows_pad; row0 += int64_t{65535} * 16) {
     const unsigned by = static_cast<unsigned>(std::min<int64_t>(65535, (rows_pad - row0 + 15) / 16));
-    glu_fp8_kernel<<<dim3(bx, by), 256, 0, stream>>>(a, gate, up, ld_in, out_q, out_scales, rows, rows_pad, row0,
-                                                     static_cast<int>(width));
+    const dim3 grid(bx, by);
+    const int w = static_cast<int>(width);
+    if (!a.situ) {
+      glu_fp8_kernel<0><<<grid, 256, 0, stream>>>(a, gate, up, ld_in, out_q, out_scales, rows, rows_pad, row0, w);
+    } else if (a.linear_beta > 0.0f) {
+      glu_fp8_kernel<2><<<grid, 256, 0, stream>>>(a, gate, up, ld_in, out_q, out_scales, rows, rows_pad, row0, w);
+    } else {
+      glu_fp8_kernel<1><<<grid, 256, 0, stream>>>(a, gate, up, ld_in, out_q, out_scales, rows, rows_pad, row0, w);
+    }
     KIMIRT_CUDA_CHECK_LAUNCH();
   }
 }
