@@ -226,7 +226,9 @@ TEST(AttnRes, MixAndNormMatchCpu) {
         {1, 7168, 6, AttnResKernel::kAuto},
         {3, 1032, 6, AttnResKernel::kPerToken},
         {3, 1032, 500, AttnResKernel::kPipelined},
-        {2, 8, 3, AttnResKernel::kPipelined}}) {
+        {2, 8, 3, AttnResKernel::kPipelined},
+        {2, 8, 3, AttnResKernel::kPerToken},         // the second block of each token has no vector
+        {11, 2056, 5, AttnResKernel::kPerToken}}) {  // 11 candidates (row 11 of the tensor-core tile), odd halves
     SCOPED_TRACE(::testing::Message() << count << " candidates, H " << hidden << ", " << tokens << " tokens, kernel "
                                       << static_cast<int>(kernel));
     std::vector<std::vector<float>> cand(count);

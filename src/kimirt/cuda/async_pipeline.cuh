@@ -79,6 +79,27 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "memory");
 }
 
+// Distributed shared memory within a cluster. cluster_map: the address of the same shared variable in
+// block `rank`. st_async_cluster: 4 bytes into another block's shared memory, completed on that block's
+// mbarrier (as bulk copies complete theirs), so the receiver learns of them without a cluster barrier (whose
+// release fence waits for every memory operation the block has outstanding).
+__device__ __forceinline__ uint32_t cluster_map(uint32_t smem_addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void st_async_cluster(uint32_t remote_addr, uint32_t value, uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(remote_addr),
+               "r"(value), "r"(remote_bar)
+               : "memory");
+}
+// The two halves of a cluster barrier, for every thread of the block: arrive without ordering memory (after
+// mbar_init_fence, what the other blocks need is the barriers' initialization), wait with acquire.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); }
+
 // Programmatic dependent launch. A kernel launched with the programmatic-serialization attribute may start
 // while its predecessor still runs once every block of the predecessor has called launch_dependents (or
 // exited); it must call wait before it reads anything the predecessor wrote. Both are no-ops otherwise.

@@ -31,17 +31,12 @@ struct Candidates {
   const bf16* p[kAttnResMaxCandidates];
 };
 
-// Sums v over the two blocks of the cluster; every thread of both gets the same result (added in rank
-// order). Each block's total goes to `partial`, which the other block reads after the cluster barrier;
-// a few threads combine the two into `totals` for everyone. (Every thread summing all warps' partials, and
-// reading the other block's, made these reductions most of the kernel's time.) `partial` must not be
-// reused before the next cluster barrier: callers alternate two buffers.
+// The block's sum of value t (< n) for thread t, in warp order (each warp's sum through red[w · N + t]).
+// (A reduce-scatter over the lanes, 31 shuffles for up to 32 values instead of 5 per value, made the
+// per-token kernel 30% slower on the H200: the 32-value array costs more registers than it saves.)
 template <int WARPS, int N>
-__device__ __forceinline__ void cluster_sums(float (&v)[N], int n, float* red, float* partial, float* totals,
-                                             cg::cluster_group& cluster) {
+__device__ __forceinline__ float block_sum(float (&v)[N], int n, float* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  // (A reduce-scatter over the lanes, 31 shuffles for up to 32 values instead of 5 per value, made the
-  // per-token kernel 30% slower on the H200: the 32-value array costs more registers than it saves.)
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     if (i < n) {
@@ -51,23 +46,64 @@ __device__ __forceinline__ void cluster_sums(float (&v)[N], int n, float* red, f
   }
   __syncthreads();
   const int t = static_cast<int>(threadIdx.x);
+  float sum = 0.0f;
   if (t < n) {
-    float sum = 0.0f;
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) sum += red[w * N + t];
-    partial[t] = sum;
   }
+  return sum;
+}
+
+// Every thread reads the n totals that threads 0..n-1 wrote.
+template <int N>
+__device__ __forceinline__ void read_totals(float (&v)[N], int n, const float* totals) {
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if (i < n) v[i] = totals[i];
+  }
+}
+
+// Sums v over the two blocks of the cluster; every thread of both gets the same result (added in rank
+// order). Each block's total goes to `partial`, which the other block reads after the cluster barrier;
+// a few threads combine the two into `totals` for everyone. (Every thread summing all warps' partials, and
+// reading the other block's, made these reductions most of the kernel's time.) `partial` must not be
+// reused before the next cluster barrier: callers alternate two buffers.
+template <int WARPS, int N>
+__device__ __forceinline__ void cluster_sums(float (&v)[N], int n, float* red, float* partial, float* totals,
+                                             cg::cluster_group& cluster) {
+  const int t = static_cast<int>(threadIdx.x);
+  const float sum = block_sum<WARPS>(v, n, red);
+  if (t < n) partial[t] = sum;
   cluster.sync();
   if (t < n) {
     const unsigned rank = cluster.block_rank();
     const float ours = partial[t], theirs = cluster.map_shared_rank(partial, rank ^ 1)[t];
     totals[t] = rank == 0 ? ours + theirs : theirs + ours;
   }
-  __syncthreads();
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    if (i < n) v[i] = totals[i];
+  read_totals(v, n, totals);
+}
+
+// cluster_sums for the per-token kernel, without cluster barriers: each block sends its n sums into the
+// other block's `inbox` with st.async, which completes the receiver's mbarrier `xbar` (used once: parity 0),
+// and combines them in rank order. The blocks' exchange barriers must have been initialized cluster-wide
+// (cluster_arrive_relaxed after mbar_init_fence, cluster_wait before the first exchange). Every thread gets
+// the same result; totals is scratch shared by the block.
+template <int WARPS, int N>
+__device__ __forceinline__ void exchange_sums(float (&v)[N], int n, float* red, float* inbox, uint64_t* xbar,
+                                              float* totals, unsigned rank) {
+  const int t = static_cast<int>(threadIdx.x);
+  const float ours = block_sum<WARPS>(v, n, red);
+  if (t < n) {
+    const uint32_t bar = detail::smem_addr(xbar);
+    detail::st_async_cluster(detail::cluster_map(detail::smem_addr(inbox + t), rank ^ 1), __float_as_uint(ours),
+                             detail::cluster_map(bar, rank ^ 1));
+    if (t == 0) detail::mbar_expect_tx(bar, static_cast<uint32_t>(n * 4));
+    detail::mbar_wait(bar, 0);
+    const float theirs = inbox[t];
+    totals[t] = rank == 0 ? ours + theirs : theirs + ours;
   }
+  read_totals(v, n, totals);
 }
 
 // The per-token math both kernels share. A block owns `mine` 16-byte vectors (8 hidden elements each) of a
@@ -100,16 +136,21 @@ __device__ __forceinline__ void candidate_stats(const uint4* cand, int mine, con
 // The depth softmax from the cluster's sums (Σv², ⟨v, u⟩ per candidate, interleaved), computed once by
 // warp 0 (lane i for candidate i) into alpha_s and read by every thread after the barrier. (Each of the
 // block's threads computing all of it, IEEE divisions and square roots included, was as many instructions
-// as the arithmetic on the data.) Both blocks of the cluster compute bit-identical weights.
+// as the arithmetic on the data; every warp computing it lane-parallel, with shuffles instead of the
+// barrier, measured no faster for the per-token kernel and 14% slower for the pipelined one.) Both blocks of
+// the cluster compute bit-identical weights.
 __device__ __forceinline__ void depth_softmax(const float (&stats)[kStats], int count, int hidden, float res_eps,
                                               float* alpha_s, float (&alpha)[kAttnResMaxCandidates]) {
   if (threadIdx.x < 32) {
     const int lane = static_cast<int>(threadIdx.x);
-    float score = -INFINITY;
+    // Lane i picks its candidate's sums first, then computes one score (a division and a square root per
+    // unrolled candidate had every lane run twelve of each, while the block waited at the barrier below).
+    float sq = 0.0f, dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < kAttnResMaxCandidates; ++i) {
-      if (i == lane && i < count) score = stats[2 * i + 1] / sqrtf(stats[2 * i] / static_cast<float>(hidden) + res_eps);
+      if (i == lane) sq = stats[2 * i], dot = stats[2 * i + 1];
     }
+    const float score = lane < count ? dot * rsqrtf(sq / static_cast<float>(hidden) + res_eps) : -INFINITY;
     const float smax = detail::warp_max(score);
     const float e = lane < count ? expf(score - smax) : 0.0f;
     const float denom = detail::warp_sum(e);
@@ -185,44 +226,55 @@ __device__ __forceinline__ void load_weights(const float* __restrict__ u, const 
   }
 }
 
-// Version 1 (default): a two-block cluster per token, launched for every token. Each block's thread 0 hands
-// the copies of its half of every candidate to the bulk-copy engine (one barrier per candidate, so
+// Version 1 (default): a two-block cluster per token, launched for every token. Lane i of each block's warp
+// 0 hands the copy of its half of candidate i to the bulk-copy engine (one barrier per candidate, so
 // candidate i's statistics are computed while later ones arrive); three clusters' worth of tokens stay
-// resident per SM for K3, overlapping one token's loads with another's arithmetic and barriers. On the
-// H200 at [4096, 7168] x 9: 0.55 of the copy ceiling; instruction-bound rather than memory-bound (the
-// reductions and the softmax were most of the instructions until they were done once per block).
+// resident per SM for K3, overlapping one token's loads with another's arithmetic and barriers. The two
+// blocks swap their sums with st.async (exchange_sums) instead of cluster barriers, whose fences were among
+// the largest stalls. On the H200 at [4096, 7168] x 9: 0.73 of the copy ceiling (0.55 with cluster
+// barriers, one thread issuing all copies from a local-memory copy of the pointers, and twelve divisions
+// per softmax lane).
 template <int VPT>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads)
-    attn_res_kernel(Candidates cand, int count, int64_t ld_in, int hidden, const float* __restrict__ u, float res_eps,
-                    const bf16* __restrict__ norm_w, float norm_eps, bf16* mixed, bf16* normed, int64_t ld_out) {
+    attn_res_kernel(const __grid_constant__ Candidates cand, int count, int64_t ld_in, int hidden,
+                    const float* __restrict__ u, float res_eps, const bf16* __restrict__ norm_w, float norm_eps,
+                    bf16* mixed, bf16* normed, int64_t ld_out) {
   extern __shared__ uint4 stage[];  // [count][my vectors]
   __shared__ float red[kWarps * kStats];
-  __shared__ float partial_a[kStats], partial_b[4], totals[kStats];  // see cluster_sums
+  __shared__ float inbox_a[kStats], inbox_b[1], totals[kStats];  // see exchange_sums
   __shared__ float alpha_s[kAttnResMaxCandidates];
-  __shared__ __align__(8) uint64_t bars[kAttnResMaxCandidates];
-  cg::cluster_group cluster = cg::this_cluster();
-  const unsigned rank = cluster.block_rank();
+  __shared__ __align__(8) uint64_t bars[kAttnResMaxCandidates], xbars[2];
+  const unsigned rank = cg::this_cluster().block_rank();
   const int64_t token = blockIdx.x >> 1;
   const int vectors = hidden / 8;
   const int first = rank == 0 ? 0 : (vectors + 1) / 2;
   const int mine = rank == 0 ? (vectors + 1) / 2 : vectors / 2;
 
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < count; ++i) detail::mbar_init(detail::smem_addr(&bars[i]), 1);
+  // Lane i of warp 0 sets up and issues candidate i's copy (one thread issuing all of them in turn, with the
+  // candidate pointers read from a local-memory copy of the parameters, held the whole block at the barrier
+  // below).
+  if (threadIdx.x < 32) {
+    const int lane = static_cast<int>(threadIdx.x);
+    if (lane < count) detail::mbar_init(detail::smem_addr(&bars[lane]), 1);
+    if (lane == 0) {
+      detail::mbar_init(detail::smem_addr(&xbars[0]), 1);
+      detail::mbar_init(detail::smem_addr(&xbars[1]), 1);
+    }
     detail::mbar_init_fence();
-    for (int i = 0; i < count; ++i) {
-      const uint32_t bar = detail::smem_addr(&bars[i]);
+    if (lane < count) {
+      const uint32_t bar = detail::smem_addr(&bars[lane]);
       detail::mbar_expect_tx(bar, static_cast<uint32_t>(mine * 16));
       if (mine > 0) {
-        detail::bulk_load(detail::smem_addr(stage + i * mine),
-                          cand.p[i] + token * ld_in + static_cast<int64_t>(first) * 8, static_cast<uint32_t>(mine * 16),
-                          bar);
+        detail::bulk_load(detail::smem_addr(stage + lane * mine),
+                          cand.p[lane] + token * ld_in + static_cast<int64_t>(first) * 8,
+                          static_cast<uint32_t>(mine * 16), bar);
       }
     }
   }
   float uf[VPT][8], wf[VPT][8];
   load_weights<VPT, kThreads>(u, norm_w, first, mine, uf, wf);
   __syncthreads();  // the barriers are initialized
+  detail::cluster_arrive_relaxed();
 
   float part[kStats];
 #pragma unroll
@@ -234,17 +286,19 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads)
       candidate_stats<VPT, kThreads>(stage + i * mine, mine, uf, part[2 * i], part[2 * i + 1]);
     }
   }
-  cluster_sums<kWarps>(part, 2 * count, red, partial_a, totals, cluster);
+  detail::cluster_wait();  // the other block's exchange barriers are initialized
+  exchange_sums<kWarps>(part, 2 * count, red, inbox_a, &xbars[0], totals, rank);
   float alpha[kAttnResMaxCandidates];
   depth_softmax(part, count, hidden, res_eps, alpha_s, alpha);
 
   float h[VPT][8];
   float ss[1] = {mix_candidates<VPT, kThreads>(stage, count, mine, alpha, h,
                                                mixed ? mixed + token * ld_out + first * 8 : nullptr)};
-  cluster_sums<kWarps>(ss, 1, red, partial_b, totals, cluster);
+  exchange_sums<kWarps>(ss, 1, red, inbox_b, &xbars[1], totals, rank);
   const float rs = 1.0f / sqrtf(ss[0] / static_cast<float>(hidden) + norm_eps);
   store_normed<VPT, kThreads>(h, wf, rs, mine, normed + token * ld_out + first * 8);
-  cluster.sync();  // keep our shared memory alive until the other block has read it
+  // No cluster barrier at the end: both of this block's inboxes have been filled (waited for), and the other
+  // block reads nothing of ours.
 }
 
 // Version 2: persistent two-block clusters, as many as fit at once, each walking its share of
