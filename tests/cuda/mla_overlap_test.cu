@@ -3,7 +3,8 @@
 // workspace only after it has ended. The previous kernel here lets its dependents start at once, spins for
 // about a millisecond, then writes the new q and saves what out and the workspace hold at that moment.
 // A control kernel that reads q without waiting shows that the window is real (it sees the old q), so a
-// decode kernel that read too early would fail the comparison.
+// decode kernel that read too early would fail the comparison; where launches are serialized (a sanitizer,
+// a profiler) the control sees the new q and the test is skipped, saying so.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -95,8 +96,11 @@ TEST(MlaDecodeOverlap, WaitsForThePreviousKernelBeforeReadingQAndWriting) {
         late_writer<<<1, 256, 0, s>>>(d_new.as<uint16_t>(), dq.as<uint16_t>(), batch * h * 576, out.as<uint4>(),
                                       saved_out.as<uint4>(), 0, ws.as<uint4>(), saved_ws.as<uint4>(), 0);
         launch_dependent_early_reader(s, dq.as<uint16_t>(), seen.as<uint16_t>());
-        EXPECT_EQ(download<uint16_t>(seen.data(), 1)[0], old_bf16[0])
-            << "the programmatic launch did not overlap: this test could not catch an early read";
+        // Under compute-sanitizer, ncu or CUDA_LAUNCH_BLOCKING=1 kernels run one after the other: nothing to test.
+        if (download<uint16_t>(seen.data(), 1)[0] != old_bf16[0]) {
+          GTEST_SKIP() << "programmatic launches do not overlap here (serialized kernels?): this test could not "
+                          "catch an early read";
+        }
         KIMIRT_CUDA_CHECK(cudaMemcpy(dq.data(), old_bf16.data(), old_bf16.size() * 2, cudaMemcpyHostToDevice));
 
         late_writer<<<1, 256, 0, s>>>(d_new.as<uint16_t>(), dq.as<uint16_t>(), batch * h * 576, out.as<uint4>(),

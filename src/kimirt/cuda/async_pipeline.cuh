@@ -25,14 +25,19 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Blocks until the phase with the given parity has completed (acquire).
+// Blocks until the phase with the given parity has completed. SEM: the try_wait's semantics qualifiers.
+#define KIMIRT_MBAR_WAIT_LOOP(SEM)                        \
+  "{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity" SEM \
+  ".shared::cta.b64 p, [%0], %1;\n"                       \
+  "@p bra DONE;\nbra WAIT;\nDONE:\n}\n"
+// Acquire at block scope (the default).
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@p bra DONE;\nbra WAIT;\nDONE:\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  asm volatile(KIMIRT_MBAR_WAIT_LOOP("")::"r"(bar), "r"(parity) : "memory");
+}
+// Acquire at cluster scope: for a barrier completed by another block's st.async (release at cluster scope),
+// so that the bytes it delivered are formally visible, not only in practice.
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+  asm volatile(KIMIRT_MBAR_WAIT_LOOP(".acquire.cluster")::"r"(bar), "r"(parity) : "memory");
 }
 
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) of contiguous global memory into shared memory at

@@ -99,7 +99,7 @@ __device__ __forceinline__ void exchange_sums(float (&v)[N], int n, float* red, 
     detail::st_async_cluster(detail::cluster_map(detail::smem_addr(inbox + t), rank ^ 1), __float_as_uint(ours),
                              detail::cluster_map(bar, rank ^ 1));
     if (t == 0) detail::mbar_expect_tx(bar, static_cast<uint32_t>(n * 4));
-    detail::mbar_wait(bar, 0);
+    detail::mbar_wait_cluster(bar, 0);
     const float theirs = inbox[t];
     totals[t] = rank == 0 ? ours + theirs : theirs + ours;
   }

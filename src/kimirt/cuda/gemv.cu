@@ -64,7 +64,8 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
   const int row0 = WIDE ? (blockIdx.x * kWarps + warp) * kRows : blockIdx.x * kRows;
   const int64_t entry = blockIdx.z;
   // A kernel launched after this one as a programmatic dependent (the MLA decode attention after the W_UK
-  // absorption) may start its independent work now; it waits for this grid before reading y.
+  // absorption) may start its independent work now; it must wait (griddepcontrol.wait) before reading y.
+  // With K split, its predecessor is the reduce kernel instead, which does not trigger early.
   detail::pdl_launch_dependents();
   const bf16* x_base = p.x + entry * p.stride_x;
   const bf16* w_base = p.w + entry * p.stride_w;

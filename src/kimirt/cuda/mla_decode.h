@@ -40,9 +40,12 @@ struct MlaDecodeArgs {
   float scale = 0.0f;  // 0 means 192^-½ (q_nope 128 + q_pe 64)
   // Start before the previous kernel on the stream has finished (programmatic dependent launch): the blocks
   // look up their pages and start copying cache tiles at once, and wait for that kernel only before they
-  // read q and write out. Only for a previous kernel that writes none of cache, block_table and seq_lens
-  // (q, say: the absorption GEMM); the work before that kernel is complete either way. Otherwise a
-  // decode call's start (launch, page lookup, first copies: a few µs) is spent idle.
+  // read q and write out (so it may still read out and the workspace). The contract: no grid that may still
+  // run when this call starts writes cache, block_table or seq_lens. That is the previous kernel and, when
+  // it was itself launched as a programmatic dependent that lets its dependents start before its own wait
+  // (as this call's merge kernel does), the grids it may overlap, recursively. The absorption GEMM before
+  // the attention in a layer step qualifies. Overlap only happens when the stream's previous operation is a
+  // kernel. Otherwise a decode call's start (launch, page lookup, first copies: a few µs) is spent idle.
   bool overlap_previous = false;
 };
 

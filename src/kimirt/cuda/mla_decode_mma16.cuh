@@ -210,7 +210,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bf16* qb = a.q + static_cast<int64_t>(b) * a.ld_q + static_cast<int64_t>(h0) * kMlaRow;
     for (int i = tid; i < kHeads * (kMlaRow / 8); i += kConsumers) {
       const int h = i / (kMlaRow / 8), c = i % (kMlaRow / 8);
-      const uint4 v = h < nh ? detail::ldg16(qb + h * kMlaRow + c * 8) : make_uint4(0, 0, 0, 0);
+      // ld.global.cg, not the read-only path: under overlap_previous q is written during this kernel's
+      // lifetime (before the wait above), which the non-coherent path's contract excludes.
+      const uint4 v =
+          h < nh ? __ldcg(reinterpret_cast<const uint4*>(qb + h * kMlaRow + c * 8)) : make_uint4(0, 0, 0, 0);
       *reinterpret_cast<uint4*>(q_smem + h * kQLd + c * 16) = v;
     }
   }

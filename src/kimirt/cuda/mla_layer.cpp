@@ -115,7 +115,7 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   a.block_table = cache.block_table, a.ld_block_table = cache.ld_block_table, a.seq_lens = seq_lens;
   a.out = o_lat, a.ld_out = d.heads * kMlaLatent, a.batch = static_cast<int>(batch),
   a.heads = static_cast<int>(d.heads);
-  a.overlap_previous = true;  // the previous kernel is the absorption: it writes q_abs only
+  a.overlap_previous = true;  // the previous kernel is the absorption (or its split-K reduction): q_abs only
   mla_decode(stream, a, plan, ws);
 
   // o[:, h, :] = ō_h · W_UV_hᵀ (W_UV_h = kv_b rows h·256+128 .. h·256+255, [128, 512]).
