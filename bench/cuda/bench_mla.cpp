@@ -76,14 +76,13 @@ void mla_suite(Context& ctx) {
     PagedCache pc(ctx.stream, batch, seq, copies);
     DeviceBuffer q(static_cast<int64_t>(batch) * nh * kMlaRow * 2), out(static_cast<int64_t>(batch) * nh * 512 * 2);
     fill_uniform(q.as<bf16>(), batch * nh * kMlaRow, -0.3f, 0.3f, 5, ctx.stream);
-    // The plan's own choice first, then the other kernel for comparison.
+    // The plan's own choice, alone and with overlap_previous (as the layer step launches it: its start
+    // overlaps the previous kernel, here the previous call's merge), then the other kernels for comparison.
     const MlaDecodePlan chosen = plan_mla_decode(batch, nh, seq, ctx.device.sm_count);
-    const MlaDecodeKernel other =
-        chosen.kernel == MlaDecodeKernel::kMma16 ? MlaDecodeKernel::kWgmma64 : MlaDecodeKernel::kMma16;
-    // The chosen kernel both alone and with overlap_previous (as the layer step launches it: its start
-    // overlaps the previous kernel, here the previous call's merge).
-    const std::pair<MlaDecodePlan, bool> variants[] = {
-        {chosen, false}, {chosen, true}, {plan_mla_decode(batch, nh, seq, ctx.device.sm_count, other), false}};
+    std::vector<std::pair<MlaDecodePlan, bool>> variants = {{chosen, false}, {chosen, true}};
+    for (MlaDecodeKernel k : {MlaDecodeKernel::kMma16, MlaDecodeKernel::kWgmma64, MlaDecodeKernel::kSeesaw}) {
+      if (k != chosen.kernel) variants.emplace_back(plan_mla_decode(batch, nh, seq, ctx.device.sm_count, k), false);
+    }
     for (const auto& [plan, overlap] : variants) {
       DeviceBuffer ws(plan.workspace_bytes + 16);
       MlaDecodeArgs a;

@@ -71,7 +71,7 @@ TEST(MlaDecodeOverlap, WaitsForThePreviousKernelBeforeReadingQAndWriting) {
     ASSERT_NE(old_bf16[0], new_bf16[0]);
     const std::vector<float> ref = test::mla_decode_reference(q_new, cache, table, max_pages, lens, h, page);
     const DeviceBuffer d_new = upload(new_bf16);
-    for (MlaDecodeKernel kernel : {MlaDecodeKernel::kMma16, MlaDecodeKernel::kWgmma64}) {
+    for (MlaDecodeKernel kernel : {MlaDecodeKernel::kMma16, MlaDecodeKernel::kWgmma64, MlaDecodeKernel::kSeesaw}) {
       for (int sms : {1, 132}) {  // unsplit, split with the merge kernel
         const MlaDecodePlan plan = plan_mla_decode(batch, h, 3000, sms, kernel);
         const size_t out_bytes = size_t(batch) * h * 512 * 2;

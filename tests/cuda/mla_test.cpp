@@ -76,7 +76,7 @@ TEST(MlaPrefill, VarlenChunkedCausalWithGate) {
   }
 }
 
-constexpr MlaDecodeKernel kKernels[] = {MlaDecodeKernel::kMma16, MlaDecodeKernel::kWgmma64};
+constexpr MlaDecodeKernel kKernels[] = {MlaDecodeKernel::kMma16, MlaDecodeKernel::kWgmma64, MlaDecodeKernel::kSeesaw};
 
 // Both kernels, unsplit and split, at head counts that fill their head groups exactly (128, 64, 16), leave
 // them partly empty (96 = 2 x 48 or 6 x 16, 24 = 2 x 12, 7), over pages scattered in reverse order. The rows
@@ -160,7 +160,7 @@ TEST(MlaDecode, PlanPicksKernelAndOneWave) {
   for (const auto& [batch, heads, ctx] :
        {std::tuple{1, 12, 32768}, {1, 16, 131072}, {8, 12, 32768}, {1, 96, 32768}, {8, 96, 32768}, {3, 24, 5000}}) {
     const MlaDecodePlan p = plan_mla_decode(batch, heads, ctx, 132);
-    EXPECT_EQ(p.kernel, heads <= kMlaAutoMma16MaxHeads ? MlaDecodeKernel::kMma16 : MlaDecodeKernel::kWgmma64)
+    EXPECT_EQ(p.kernel, heads <= kMlaAutoMma16MaxHeads ? MlaDecodeKernel::kMma16 : MlaDecodeKernel::kSeesaw)
         << heads << " heads";
     EXPECT_LE(int64_t{batch} * p.head_groups * p.splits, 132) << batch << " x " << heads << " heads, ctx " << ctx;
     EXPECT_GE(int64_t{batch} * p.head_groups * p.splits, 92) << batch << " x " << heads << " heads, ctx " << ctx;

@@ -69,6 +69,12 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Arrival on barrier `id` without waiting (a producer's signal to threads that named_barrier_sync on it;
+// `threads` counts both sides). Orders this thread's earlier shared-memory writes before their reads.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ldmatrix from a shared-window address (lane l gives row l & 7 of matrix l >> 3). The memory clobber keeps
 // the read after the mbarrier wait that made the tile visible.
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {

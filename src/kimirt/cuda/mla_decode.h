@@ -9,7 +9,10 @@
 // Two kernels, picked by the plan:
 //   kMma16   ≤ 16 heads per block on mma.sync tiles, a copy-engine producer warp feeding a 4-stage ring
 //            and two consumer warpgroups taking alternate tiles: the memory-bound case (K3 under TP ≥ 6).
-//   kWgmma64 ≤ 64 heads per block on wgmma (M = 64): for many heads per GPU, where the tensor cores work.
+//   kWgmma64 ≤ 64 heads per block on wgmma (M = 64): for many heads per GPU, where the tensor cores work;
+//            both warpgroups on every tile, half the dims each.
+//   kSeesaw  ≤ 64 heads per block on wgmma, the warpgroups taking alternate tiles' scores and sharing P,
+//            so that one's softmax runs while the other's wgmmas do.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -55,12 +58,13 @@ enum class MlaDecodeKernel : int {
   kAuto = 0,     // plan_mla_decode chooses (a plan always holds one of the others)
   kMma16 = 1,    // ≤ kMlaMma16Heads heads per block
   kWgmma64 = 2,  // ≤ kMlaWgmmaHeads heads per block
+  kSeesaw = 3,   // ≤ kMlaWgmmaHeads heads per block
 };
 inline constexpr int kMlaMma16Heads = 16;
 inline constexpr int kMlaWgmmaHeads = 64;
-// kAuto takes kMma16 up to this many heads per GPU (groups of ≤ 16 heads share tiles through L2). Measured
-// on the H200: kMma16 is 1.6-1.9x faster at 12 and 16 heads, a few percent at 24 and 32, and the wgmma
-// kernel 1.3-2x faster at 96.
+// kAuto takes kMma16 up to this many heads per GPU (groups of ≤ 16 heads share tiles through L2), kSeesaw
+// above. Measured on the H200: kMma16 is 1.6-1.9x faster than kWgmma64 at 12 and 16 heads, a few percent at
+// 24 and 32; at 96 heads kSeesaw is 1.4-1.8x faster than kWgmma64 (which is kept for comparison).
 inline constexpr int kMlaAutoMma16MaxHeads = 32;
 
 const char* mla_decode_kernel_name(MlaDecodeKernel kernel);

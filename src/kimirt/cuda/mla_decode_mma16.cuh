@@ -1,6 +1,7 @@
 // The memory-bound MLA decode kernel (plan kernel kMma16): up to 16 query heads per block against one
 // context chunk of the paged latent cache, on mma.sync m16n8k16 tensor-core tiles. Included by
-// mla_decode.cu only, which also shares MlaKernelParams and write_empty_chunk with its wgmma kernel.
+// mla_decode.cu only, which also shares MlaKernelParams, write_empty_chunk and the wgmma kernels' epilogue
+// (stage_wgmma_rows, write_staged_rows, defined here) with its wgmma kernels.
 //
 // Why this shape: with ≤ 16 heads a cached row (1152 bytes) carries ≤ 16·2·1088 flop, far below the
 // bandwidth ridge, so the block's only job is to keep the copy engine streaming. Padding the heads to
@@ -64,6 +65,48 @@ __device__ __forceinline__ void write_empty_chunk(const MlaKernelParams& p, int 
   }
   if (p.splits > 1) {
     for (int h = tid; h < nh; h += threads) p.lse[slot0 + h] = -INFINITY;
+  }
+}
+
+// The wgmma kernels' epilogue, part 1: a warpgroup's normalized half of O (64 x 256 fp32 accumulators,
+// columns 256·wg ..; rows r0 = 16·warp + lane/4 and r0 + 8) as bf16 rows [64][512] in `stage` (shared
+// memory), and the log-sum-exp of the chunk's rows (log2 domain) when split.
+__device__ __forceinline__ void stage_wgmma_rows(const float (&o)[128], const float (&l_run)[2],
+                                                 const float (&m_run)[2], bf16* stage, const MlaKernelParams& p, int b,
+                                                 int split, int h0, int nh, int wg, int warp, int lane) {
+  const int r0 = 16 * warp + (lane >> 2);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float inv_l = l_run[r] > 0.0f ? 1.0f / l_run[r] : 0.0f;
+    const int row = r0 + 8 * r;
+#pragma unroll
+    for (int nb = 0; nb < 32; ++nb) {
+      const int col = 256 * wg + 8 * nb + 2 * (lane & 3);
+      *reinterpret_cast<uint32_t*>(stage + row * kMlaLatent + col) =
+          detail::pack_bf16x2(o[4 * nb + 2 * r] * inv_l, o[4 * nb + 2 * r + 1] * inv_l);
+    }
+    if (p.splits > 1 && wg == 0 && (lane & 3) == 0 && row < nh) {
+      const int64_t slot = (static_cast<int64_t>(b) * p.splits + split) * p.a.heads + h0 + row;
+      p.lse[slot] = l_run[r] > 0.0f ? m_run[r] + log2f(l_run[r]) : -INFINITY;
+    }
+  }
+}
+
+// Part 2 (after a barrier): the staged rows of the nh real heads, coalesced, to out or to the chunk's
+// partial rows. Called by `threads` threads.
+__device__ __forceinline__ void write_staged_rows(const bf16* stage, const MlaKernelParams& p, int b, int split, int h0,
+                                                  int nh, int tid, int threads) {
+  for (int idx = tid; idx < nh * (kMlaLatent / 8); idx += threads) {
+    const int row = idx / (kMlaLatent / 8), c = idx % (kMlaLatent / 8);
+    const uint4 v = *reinterpret_cast<const uint4*>(stage + row * kMlaLatent + c * 8);
+    bf16* dst;
+    if (p.splits == 1) {
+      dst = p.a.out + static_cast<int64_t>(b) * p.a.ld_out + static_cast<int64_t>(h0 + row) * kMlaLatent;
+    } else {
+      const int64_t slot = (static_cast<int64_t>(b) * p.splits + split) * p.a.heads + h0 + row;
+      dst = p.o_part + slot * kMlaLatent;
+    }
+    *reinterpret_cast<uint4*>(dst + c * 8) = v;
   }
 }
 
