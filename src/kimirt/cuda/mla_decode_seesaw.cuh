@@ -19,10 +19,10 @@
 // both. Each warpgroup keeps the row sums of its own tiles, rescaled by every tile's factor; the two meet
 // at the end.
 //
-// Shared memory: Q (64 rows x 576, 72 KB) for the whole chunk, a ring of three 32-row cache tiles (36 KB
-// each: one in each warpgroup's hands and one landing), and two publication slots (tile parity). Tiles
-// arrive by bulk tensor copies (16-row x 64-dim boxes, 128-byte swizzle) issued by thread 0 once both
-// warpgroups have released the stage ("empty" mbarrier, all 256 threads arrive after their P·V). The
+// Shared memory: Q (64 rows x 576, 72 KB) for the whole chunk, a ring of four 32-row cache tiles (36 KB
+// each), and two publication slots (tile parity). Tiles arrive by bulk tensor copies (16-row x 64-dim
+// boxes, 128-byte swizzle) issued by thread 0 of a producer warpgroup once both consumer warpgroups have
+// released the stage ("empty" mbarrier: all 256 consumer threads arrive once their P·V has completed). The
 // publication slots need no release barrier: the owner of tile i + 2 cannot publish before it has consumed
 // tile i + 1's publication, which the other warpgroup makes only after it has read tile i's.
 #pragma once
@@ -68,6 +68,9 @@ constexpr int kMinChunk = 4 * kT;    // at least two tiles per warpgroup (plan_m
 
 static_assert(kMlaRow % 64 == 0 && kT % kBox == 0 && kMlaChunkAlign % kBox == 0, "tile shapes");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
+// An even stage count: stage s then always holds tiles of one owner, the only group that waits on its full
+// barrier (after the prologue's wait for Q and tile 0).
+static_assert(kStages % 2 == 0, "stages per owner");
 
 // 2^x on the special-function unit, flushing denormal results (the softmax weights need no more).
 __device__ __forceinline__ float ex2(float x) {
@@ -272,6 +275,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         rows[r0] = make_float2(mx[0], factor[0]);
         rows[r0 + 8] = make_float2(mx[1], factor[1]);
       }
+      __syncwarp();  // the other lanes of this warp read these rows below; bar.arrive does not order that
       detail::named_barrier_arrive(kPubBarrier + (tile & 1), kConsumers);
     } else {
       detail::named_barrier_sync(kPubBarrier + (tile & 1), kConsumers);
