@@ -48,7 +48,6 @@ constexpr int kM = 64;                               // head rows per block (wgm
 constexpr int kT = 48;                               // cache rows per tile (wgmma N of the score product)
 constexpr int kThreads = 256;                        // two warpgroups
 constexpr int kAtoms = kMlaRow / 64;                 // 9 swizzle atoms of 64 dims per row
-constexpr int kChunks = kMlaRow / 8;                 // 72 16-byte chunks per row
 constexpr int kQAtomBytes = kM * 128;                // 8192
 constexpr int kTileAtomBytes = kT * 128;             // 6144
 constexpr int kQBytes = kAtoms * kQAtomBytes;        // 73728
@@ -93,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       MlaKernelParams prm) {
   const MlaDecodeArgs& a = prm.a;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* smem = mla_kernels::smem_aligned_1024(smem_raw);
   uint8_t* qs = smem;
   uint8_t* ks = qs + kQBytes;                                           // two stages
   float* xs = reinterpret_cast<float*>(ks + 2 * kTileBytes);            // [2][kSFrag][128]
@@ -102,18 +101,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int group = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
   const int h0 = group * prm.heads_per_group;
   const int nh = min(prm.heads_per_group, a.heads - h0);
-  const int seq_len = a.seq_lens[b];
   const int k_start = split * prm.chunk;
-  const int k_end = split == prm.splits - 1 ? seq_len : min(seq_len, k_start + prm.chunk);
+  const int k_end = mla_kernels::chunk_end(prm, b, split);
   const int tid = threadIdx.x;
   const int wg = tid >> 7, t = tid & 127, warp = t >> 5, lane = t & 31;
-  detail::pdl_launch_dependents();  // the merge kernel may get resident; it waits for this grid's end
-
-  if (k_start >= k_end) {
-    detail::pdl_wait();  // the previous kernel (a previous merge, say) may still read the outputs
-    mla_kernels::write_empty_chunk(prm, b, split, h0, nh, tid, kThreads);
-    return;
-  }
+  if (mla_kernels::finish_if_empty(prm, b, split, h0, nh, k_start, k_end, tid, kThreads)) return;
 
   const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.ld_block_table;
   const int n_tiles = (k_end - k_start + kT - 1) / kT;
@@ -194,12 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (valid < kT) {
       // The rows past the chunk's end hold whatever the cache pages held (or nothing was copied): zeros,
       // so that P = 0 meets finite values in P·V.
-      uint8_t* t = ks + slot * kTileBytes;
-      for (int idx = tid; idx < (kT - valid) * kChunks; idx += kThreads) {
-        const int r = valid + idx / kChunks, c = idx % kChunks;
-        *reinterpret_cast<uint4*>(t + mla_kernels::swizzled(r, c, kTileAtomBytes)) = make_uint4(0, 0, 0, 0);
-      }
-      detail::fence_proxy_async();
+      mla_kernels::zero_tile_rows(ks + slot * kTileBytes, valid, kT, kTileAtomBytes, tid, kThreads);
       __syncthreads();
     }
 

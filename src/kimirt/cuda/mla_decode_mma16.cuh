@@ -1,7 +1,8 @@
 // The memory-bound MLA decode kernel (plan kernel kMma16): up to 16 query heads per block against one
 // context chunk of the paged latent cache, on mma.sync m16n8k16 tensor-core tiles. Included by
-// mla_decode.cu only, which also shares MlaKernelParams, write_empty_chunk and the wgmma kernels' epilogue
-// (stage_wgmma_rows, write_staged_rows, defined here) with its wgmma kernels.
+// mla_decode.cu only. The pieces all three decode kernels share are defined here too: MlaKernelParams, the
+// block's start (smem_aligned_1024, chunk_end, finish_if_empty with write_empty_chunk), zero_tile_rows for
+// a chunk's partial last tile, and the wgmma kernels' epilogue (stage_wgmma_rows, write_staged_rows).
 //
 // Why this shape: with ≤ 16 heads a cached row (1152 bytes) carries ≤ 16·2·1088 flop, far below the
 // bandwidth ridge, so the block's only job is to keep the copy engine streaming. Padding the heads to
@@ -31,6 +32,7 @@
 #include "kimirt/cuda/async_pipeline.cuh"
 #include "kimirt/cuda/device_utils.cuh"
 #include "kimirt/cuda/mla_decode.h"
+#include "kimirt/cuda/wgmma.cuh"  // fence_proxy_async
 
 namespace kimirt::cuda::mla_kernels {
 
@@ -51,6 +53,18 @@ __device__ __forceinline__ uint32_t swizzled(int r, int c, int atom_bytes) {
   return static_cast<uint32_t>((c >> 3) * atom_bytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
+// Zeros rows [from, rows) of a swizzled [rows x 576] tile (see swizzled) and fences them for the async proxy
+// (the wgmmas that read the tile next, after the caller's barrier). Called by `threads` threads.
+__device__ __forceinline__ void zero_tile_rows(uint8_t* tile, int from, int rows, int atom_bytes, int tid,
+                                               int threads) {
+  constexpr int kRowChunks = kMlaRow / 8;
+  for (int idx = tid; idx < (rows - from) * kRowChunks; idx += threads) {
+    const int r = from + idx / kRowChunks, c = idx % kRowChunks;
+    *reinterpret_cast<uint4*>(tile + swizzled(r, c, atom_bytes)) = make_uint4(0, 0, 0, 0);
+  }
+  detail::fence_proxy_async();
+}
+
 // A chunk with no keys: zeros and lse = -inf (weight 0 in the merge, so it needs no branch), or zeros in
 // the output when unsplit. Called by `threads` threads of the block.
 __device__ __forceinline__ void write_empty_chunk(const MlaKernelParams& p, int b, int split, int h0, int nh, int tid,
@@ -66,6 +80,30 @@ __device__ __forceinline__ void write_empty_chunk(const MlaKernelParams& p, int 
   if (p.splits > 1) {
     for (int h = tid; h < nh; h += threads) p.lse[slot0 + h] = -INFINITY;
   }
+}
+
+// The dynamic shared memory from its first 1024-byte boundary (what the 128-byte swizzle of the tensor
+// copies and the wgmma descriptors assume); kernels ask for 1 KB more than they use.
+__device__ __forceinline__ uint8_t* smem_aligned_1024(uint8_t* smem_raw) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+}
+
+// The end of a block's context chunk: the last chunk takes the rest of the sequence.
+__device__ __forceinline__ int chunk_end(const MlaKernelParams& p, int b, int split) {
+  const int seq_len = p.a.seq_lens[b];
+  return split == p.splits - 1 ? seq_len : min(seq_len, split * p.chunk + p.chunk);
+}
+
+// What every decode block starts with: the merge kernel may become resident (it waits for this grid's end);
+// a chunk with no keys is answered (after the previous kernel has ended: it may still read the outputs)
+// and the block is done (true).
+__device__ __forceinline__ bool finish_if_empty(const MlaKernelParams& p, int b, int split, int h0, int nh, int k_start,
+                                                int k_end, int tid, int threads) {
+  detail::pdl_launch_dependents();
+  if (k_start < k_end) return false;
+  detail::pdl_wait();
+  write_empty_chunk(p, b, split, h0, nh, tid, threads);
+  return true;
 }
 
 // The wgmma kernels' epilogue, part 1: a warpgroup's normalized half of O (64 x 256 fp32 accumulators,
@@ -195,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_mma16_kernel(const __grid_constant__ CUtensorMap cache_map, const MlaKernelParams prm) {
   const MlaDecodeArgs& a = prm.a;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* smem = smem_aligned_1024(smem_raw);
   const uint32_t tiles = detail::smem_addr(smem);
   float4* xchg = reinterpret_cast<float4*>(smem + kStages * kTileBytes);
   uint8_t* q_smem = smem + kQOffset;
@@ -217,15 +255,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     page_cur = p0 < a.ld_block_table ? __ldg(table + p0) : 0;
     page_nxt = p0 + 32 < a.ld_block_table ? __ldg(table + p0 + 32) : 0;
   }
-  const int seq_len = a.seq_lens[b];
-  const int k_end = split == prm.splits - 1 ? seq_len : min(seq_len, k_start + prm.chunk);
-  detail::pdl_launch_dependents();  // the merge kernel may get resident; it waits for this grid's end
-
-  if (k_start >= k_end) {
-    detail::pdl_wait();  // the previous kernel (a previous merge, say) may still read the outputs
-    write_empty_chunk(prm, b, split, h0, nh, tid, kThreads);
-    return;
-  }
+  const int k_end = chunk_end(prm, b, split);
+  if (finish_if_empty(prm, b, split, h0, nh, k_start, k_end, tid, kThreads)) return;
   const int n_tiles = (k_end - k_start + kRows - 1) / kRows;
   if (tid == 0) {
 #pragma unroll

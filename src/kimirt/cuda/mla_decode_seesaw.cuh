@@ -45,7 +45,6 @@ constexpr int kStages = 4;                           // tiles in shared memory
 constexpr int kConsumers = 256;                      // two warpgroups
 constexpr int kThreads = kConsumers + 128;           // and the producer warpgroup (one thread copies)
 constexpr int kAtoms = kMlaRow / 64;                 // 9 swizzle atoms of 64 dims per row
-constexpr int kChunks = kMlaRow / 8;                 // 72 16-byte chunks per row
 constexpr int kQAtomBytes = kM * 128;                // 8192
 constexpr int kTileAtomBytes = kT * 128;             // 4096
 constexpr int kQBytes = kAtoms * kQAtomBytes;        // 73728
@@ -111,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                              MlaKernelParams prm) {
   const MlaDecodeArgs& a = prm.a;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* smem = smem_aligned_1024(smem_raw);
   uint8_t* qs = smem;
   uint8_t* ks = qs + kQBytes;                                              // kStages tiles
   uint32_t* pub = reinterpret_cast<uint32_t*>(ks + kStages * kTileBytes);  // [2][kPubWords]
@@ -120,21 +119,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int group = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
   const int h0 = group * prm.heads_per_group;
   const int nh = min(prm.heads_per_group, a.heads - h0);
-  const int seq_len = a.seq_lens[b];
   const int k_start = split * prm.chunk;
-  const int k_end = split == prm.splits - 1 ? seq_len : min(seq_len, k_start + prm.chunk);
+  const int k_end = chunk_end(prm, b, split);
   const int tid = threadIdx.x;
   // The warpgroup index through a shuffle from lane 0: the compiler then knows it is warp-uniform, so the
   // role branches below are not divergent paths to it (around which it would serialize every wgmma).
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // 2: the producer group
   const int t = tid & 127, warp = t >> 5, lane = t & 31;
-  detail::pdl_launch_dependents();  // the merge kernel may get resident; it waits for this grid's end
-
-  if (k_start >= k_end) {
-    detail::pdl_wait();  // the previous kernel (a previous merge, say) may still read the outputs
-    write_empty_chunk(prm, b, split, h0, nh, tid, kThreads);
-    return;
-  }
+  if (finish_if_empty(prm, b, split, h0, nh, k_start, k_end, tid, kThreads)) return;
 
   const int n_tiles = (k_end - k_start + kT - 1) / kT;
   const uint32_t full0 = detail::smem_addr(bars), empty0 = full0 + 8 * kStages;
@@ -236,12 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (valid < kT) {
         // The rows past the chunk's end hold whatever the pages held (or nothing was copied): zeros, so that
         // P = 0 meets finite values in both groups' P · V.
-        uint8_t* tp = ks + stage * kTileBytes;
-        for (int idx = t; idx < (kT - valid) * kChunks; idx += 128) {
-          const int r = valid + idx / kChunks, c = idx % kChunks;
-          *reinterpret_cast<uint4*>(tp + swizzled(r, c, kTileAtomBytes)) = make_uint4(0, 0, 0, 0);
-        }
-        detail::fence_proxy_async();
+        zero_tile_rows(ks + stage * kTileBytes, valid, kT, kTileAtomBytes, t, 128);
         detail::named_barrier_sync(kWgBarrier + wg, 128);
       }
       // Online softmax (log2 domain) on rows r0 and r0 + 8. P lives in its own registers: the score
