@@ -100,6 +100,26 @@ bool capturing(cudaStream_t stream) {
   return cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone;
 }
 
+template <typename T>
+T config_value(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  T v{};
+  size_t written = 0;
+  (void)cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written);
+  return v;
+}
+
+// "algo 66 tile 20 stages 36 cluster 3 swizzle 0 split-k 1": the configuration an algorithm descriptor
+// holds (cublasLtMatmulTile_t, cublasLtMatmulStages_t and cublasLtClusterShape_t values), for the plan list.
+std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
+  return fmt::format("algo {} tile {} stages {} cluster {} swizzle {} split-k {}",
+                     config_value<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
+                     config_value<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                     config_value<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                     config_value<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+                     config_value<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                     config_value<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM));
+}
+
 // Picks the plan's algorithm: the heuristic's first, or (autotune) the fastest of its candidates timed on
 // the call's own operands. `run` launches the call with a given algorithm and reports whether cuBLASLt
 // accepted it.
@@ -160,8 +180,8 @@ std::string GemmLt::plans_text() const {
   std::string out;
   for (const auto& [key, plan] : cache_->plans) {
     out +=
-        fmt::format("{}: algorithm {} of {}{}, workspace {} of {} bytes\n", plan->what, plan->chosen, plan->candidates,
-                    plan->tuned_us > 0 ? fmt::format(" (autotuned, {:.1f} us)", plan->tuned_us) : std::string(),
+        fmt::format("{}: algorithm {} of {} ({}){}, workspace {} of {} bytes\n", plan->what, plan->chosen,
+                    plan->candidates, describe_algo(plan->algo), plan->tuned_us > 0 ? fmt::format(" (autotuned, {:.1f} us)", plan->tuned_us) : std::string(),
                     plan->workspace_needed, workspace_bytes_);
   }
   return out;
