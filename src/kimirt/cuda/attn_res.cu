@@ -31,27 +31,41 @@ struct Candidates {
   const bf16* p[kAttnResMaxCandidates];
 };
 
-// The block's sum of value t (< n) for thread t, in warp order (each warp's sum through red[w · N + t]).
-// (A reduce-scatter over the lanes, 31 shuffles for up to 32 values instead of 5 per value, made the
-// per-token kernel 30% slower on the H200: the 32-value array costs more registers than it saves.)
+// Partial sums per value that block_sum leaves in `red` (its size: kFoldParts · WARPS · N floats).
+constexpr int kFoldParts = 4;
+
+// The block's sum of value t (< n) for thread t. Each warp folds its lanes only down to four partial sums
+// per value (xor 16, 8, 4), value after value within a level so that the shuffles of different values are in
+// flight together; lanes 0-3 store them and thread t adds the 4 · WARPS partials of value t. (A full warp
+// reduction per value, each value's five dependent shuffles guarded by its own branch, was 16% of the
+// per-token kernel's instructions and a serial chain of ~90 shuffle latencies per warp. A reduce-scatter
+// over the lanes, 31 shuffles for up to 32 values, made the kernel 30% slower: the 32-value array costs
+// more registers than it saves.)
 template <int WARPS, int N>
 __device__ __forceinline__ float block_sum(float (&v)[N], int n, float* red) {
+  constexpr int kParts = kFoldParts * WARPS;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    if (i < n) {
-      v[i] = detail::warp_sum(v[i]);
-      if (lane == 0) red[warp * N + i] = v[i];
+  for (int o = 16; o >= kFoldParts; o >>= 1) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if (i < n) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
+    }
+  }
+  if (lane < kFoldParts) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if (i < n) red[(warp * kFoldParts + lane) * N + i] = v[i];
     }
   }
   __syncthreads();
   const int t = static_cast<int>(threadIdx.x);
-  float sum = 0.0f;
+  float sum[2] = {0.0f, 0.0f};
   if (t < n) {
 #pragma unroll
-    for (int w = 0; w < WARPS; ++w) sum += red[w * N + t];
+    for (int p = 0; p < kParts; ++p) sum[p & 1] += red[p * N + t];
   }
-  return sum;
+  return sum[0] + sum[1];
 }
 
 // Every thread reads the n totals that threads 0..n-1 wrote.
@@ -240,7 +254,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads)
                     const float* __restrict__ u, float res_eps, const bf16* __restrict__ norm_w, float norm_eps,
                     bf16* mixed, bf16* normed, int64_t ld_out) {
   extern __shared__ uint4 stage[];  // [count][my vectors]
-  __shared__ float red[kWarps * kStats];
+  __shared__ float red[kFoldParts * kWarps * kStats];
   __shared__ float inbox_a[kStats], inbox_b[1], totals[kStats];  // see exchange_sums
   __shared__ float alpha_s[kAttnResMaxCandidates];
   __shared__ __align__(8) uint64_t bars[kAttnResMaxCandidates], xbars[2];
@@ -322,7 +336,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kPipeThreads, 1)
                               const float* __restrict__ u, float res_eps, const bf16* __restrict__ norm_w,
                               float norm_eps, bf16* mixed, bf16* normed, int64_t ld_out, int stages) {
   extern __shared__ uint4 ring[];  // [stages][count][my vectors]
-  __shared__ float red[kPipeWarps * kStats];
+  __shared__ float red[kFoldParts * kPipeWarps * kStats];
   __shared__ float partial_a[kStats], partial_b[4], totals[kStats];  // see cluster_sums
   __shared__ float alpha_s[kAttnResMaxCandidates];
   cg::cluster_group cluster = cg::this_cluster();

@@ -11,14 +11,14 @@ namespace kimirt::cuda::detail {
 
 using bf16 = __nv_bfloat16;
 
-// 8 bf16 (16 bytes) <-> 8 floats.
+// 8 bf16 (16 bytes) <-> 8 floats. bf16 -> fp32 puts the bf16 bits in the top half of a float: one shift or
+// mask per value (the bf162 intrinsic compiled to a byte permute and a shift for every high half).
 __device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(h[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
   }
 }
 

@@ -179,10 +179,10 @@ uint64_t GemmLt::cached_plans() const { return cache_->plans.size(); }
 std::string GemmLt::plans_text() const {
   std::string out;
   for (const auto& [key, plan] : cache_->plans) {
-    out +=
-        fmt::format("{}: algorithm {} of {} ({}){}, workspace {} of {} bytes\n", plan->what, plan->chosen,
-                    plan->candidates, describe_algo(plan->algo), plan->tuned_us > 0 ? fmt::format(" (autotuned, {:.1f} us)", plan->tuned_us) : std::string(),
-                    plan->workspace_needed, workspace_bytes_);
+    out += fmt::format("{}: algorithm {} of {} ({}){}, workspace {} of {} bytes\n", plan->what, plan->chosen,
+                       plan->candidates, describe_algo(plan->algo),
+                       plan->tuned_us > 0 ? fmt::format(" (autotuned, {:.1f} us)", plan->tuned_us) : std::string(),
+                       plan->workspace_needed, workspace_bytes_);
   }
   return out;
 }
