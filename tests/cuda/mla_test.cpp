@@ -166,6 +166,7 @@ TEST(MlaDecode, PlanPicksKernelAndOneWave) {
     EXPECT_GE(int64_t{batch} * p.head_groups * p.splits, 92) << batch << " x " << heads << " heads, ctx " << ctx;
     EXPECT_GE(int64_t{p.splits} * p.chunk, ctx);
     EXPECT_EQ(p.chunk % kMlaChunkAlign, 0);
+    EXPECT_EQ(p.chunk % 32, 0) << "kMma16 and kSeesaw take whole 32-row tiles";
   }
 }
 
@@ -228,6 +229,10 @@ TEST(MlaDecode, BadArgumentsAreErrors) {
   too_many.heads_per_group = 32, too_many.head_groups = 1;  // more heads than the kernel's block takes
   a.heads = 32, a.ld_q = 32 * 576, a.ld_out = 32 * 512;
   EXPECT_THROW(mla_decode(nullptr, a, too_many, nullptr), Error);
+  // kSeesaw copies whole 32-row tiles, which must not straddle a page: its chunks are multiples of 32.
+  MlaDecodePlan half_tiles = plan_mla_decode(1, 32, 10, 132, MlaDecodeKernel::kSeesaw);
+  half_tiles.chunk = 48;
+  EXPECT_THROW(mla_decode(nullptr, a, half_tiles, nullptr), Error);
 }
 
 }  // namespace

@@ -117,11 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // that block-table reads never stall the warp that also runs tensor-core work.
   constexpr int kBoxes = kT / kBox;
   auto lookup = [&](int tile, int(&rows)[kBoxes]) {
-#pragma unroll
-    for (int bx = 0; bx < kBoxes; ++bx) {
-      const int key = k_start + tile * kT + bx * kBox;
-      rows[bx] = key < k_end ? table[key / a.page_size] * a.page_size + key % a.page_size : 0;
-    }
+    mla_kernels::box_rows(table, a.page_size, k_start + tile * kT, kBox, k_end, rows);
   };
   auto issue_tile = [&](int tile, int slot, const int(&rows)[kBoxes], uint32_t extra_bytes) {
     const int start = k_start + tile * kT;
@@ -393,6 +389,24 @@ CUtensorMap cache_tensor_map(const bf16* cache, int64_t rows) {
   return map;
 }
 
+// The cache as 32-row tiles for kSeesaw: dims (64 dims of an atom, rows, 9 atoms; the atom stride, 128
+// bytes, is smaller than the row stride) so that one box of 64 x 32 x 9 lands atom-major ([atom][row][64]),
+// the layout of the 16-row boxes of cache_tensor_map side by side.
+CUtensorMap cache_tile_tensor_map(const bf16* cache, int64_t rows) {
+  const auto encode = tensor_map_encoder();
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {64, static_cast<cuuint64_t>(rows), kMlaRow / 64};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kMlaRow) * 2, 128};
+  const cuuint32_t box[3] = {64, mla_kernels::seesaw::kT, kMlaRow / 64};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(cache), dims, strides, box,
+                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  KIMIRT_CUDA_REQUIRE(r == CUDA_SUCCESS, "mla_decode: cuTensorMapEncodeTiled failed (error ", static_cast<int>(r),
+                      ") for the tile map of a cache of ", rows, " rows");
+  return map;
+}
+
 // q [batch, heads, 576] (batch stride ld_q) as a 3-D tensor for one 64-head x 64-dim box per atom; heads
 // past the last are zero-filled by the copy engine.
 CUtensorMap q_tensor_map(const bf16* q, int heads, int batch, int64_t ld_q) {
@@ -501,8 +515,9 @@ MlaDecodePlan plan_mla_decode(int batch, int heads, int max_seq_len, int sm_coun
   int64_t splits = blocks_per_split >= sms ? 1 : sms / blocks_per_split;
   const int min_chunk = mma16 ? 2 * 32 : kernel == MlaDecodeKernel::kSeesaw ? mla_kernels::seesaw::kMinChunk : 2 * kT;
   splits = std::clamp<int64_t>(splits, 1, std::max<int64_t>(1, max_seq_len / min_chunk));
-  // kMma16 chunks are whole 32-row tiles, so only a sequence's last chunk has a partial tile.
-  const int align = mma16 ? 32 : kMlaChunkAlign;
+  // kMma16 and kSeesaw chunks are whole 32-row tiles, so only a sequence's last chunk has a partial tile (and
+  // kSeesaw's one-copy tiles never straddle a page).
+  const int align = kernel == MlaDecodeKernel::kWgmma64 ? kMlaChunkAlign : 32;
   int64_t chunk = (std::max(max_seq_len, 1) + splits - 1) / splits;
   chunk = (chunk + align - 1) / align * align;
   splits = std::max<int64_t>(1, (max_seq_len + chunk - 1) / chunk);
@@ -575,9 +590,13 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
                                          [&] { return q_tensor_map(a.q, a.heads, a.batch, a.ld_q); });
     if (plan.kernel == MlaDecodeKernel::kSeesaw) {
       namespace k = mla_kernels::seesaw;
+      KIMIRT_CUDA_REQUIRE(plan.chunk % k::kT == 0, "mla_decode: a seesaw plan's chunk (", plan.chunk,
+                          ") must be a multiple of ", k::kT, "; use plan_mla_decode");
+      const CUtensorMap tile_map = cached_map({2, reinterpret_cast<uintptr_t>(a.cache), rows, 0, 0},
+                                              [&] { return cache_tile_tensor_map(a.cache, rows); });
       ensure_dynamic_smem(reinterpret_cast<const void*>(&k::mla_decode_seesaw_kernel), k::kSmemBytes);
       Launch l(grid, k::kThreads, k::kSmemBytes, stream, a.overlap_previous);
-      KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, k::mla_decode_seesaw_kernel, map, q_map, p));
+      KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, k::mla_decode_seesaw_kernel, tile_map, q_map, p));
     } else {
       ensure_dynamic_smem(reinterpret_cast<const void*>(&mla_decode_kernel), kSmemBytes);
       Launch l(grid, kThreads, kSmemBytes, stream, a.overlap_previous);

@@ -94,6 +94,19 @@ __device__ __forceinline__ int chunk_end(const MlaKernelParams& p, int b, int sp
   return split == p.splits - 1 ? seq_len : min(seq_len, split * p.chunk + p.chunk);
 }
 
+// The cache rows of the BOXES boxes of `box` keys that start at key `start` (0 for a box at or past k_end: it
+// is not copied). The wgmma kernels look them up a tile ahead of the tile's copies, so that the block table's
+// latency is not between a stage's release and its refill.
+template <int BOXES>
+__device__ __forceinline__ void box_rows(const int32_t* table, int page_size, int start, int box, int k_end,
+                                         int (&rows)[BOXES]) {
+#pragma unroll
+  for (int bx = 0; bx < BOXES; ++bx) {
+    const int key = start + bx * box;
+    rows[bx] = key < k_end ? table[key / page_size] * page_size + key % page_size : 0;
+  }
+}
+
 // What every decode block starts with: the merge kernel may become resident (it waits for this grid's end);
 // a chunk with no keys is answered (after the previous kernel has ended: it may still read the outputs)
 // and the block is done (true).

@@ -20,8 +20,8 @@
 // at the end.
 //
 // Shared memory: Q (64 rows x 576, 72 KB) for the whole chunk, a ring of four 32-row cache tiles (36 KB
-// each), and two publication slots (tile parity). Tiles arrive by bulk tensor copies (16-row x 64-dim
-// boxes, 128-byte swizzle) issued by thread 0 of a producer warpgroup once both consumer warpgroups have
+// each), and two publication slots (tile parity). Tiles arrive by bulk tensor copies (one 3-D box per
+// tile, 128-byte swizzle) issued by thread 0 of a producer warpgroup once both consumer warpgroups have
 // released the stage ("empty" mbarrier: all 256 consumer threads arrive once their P·V has completed). The
 // publication slots need no release barrier: the owner of tile i + 2 cannot publish before it has consumed
 // tile i + 1's publication, which the other warpgroup makes only after it has read tile i's.
@@ -52,8 +52,6 @@ constexpr int kTileBytes = kAtoms * kTileAtomBytes;  // 36864
 constexpr int kSFrag = kT / 2;                       // 16 score accumulators per thread
 constexpr int kPRegs = kT / 16 * 4;                  // 8 packed bf16 pairs: P as A fragments of kT/16 k-steps
 constexpr int kOFrag = 128;                          // 64 x 256 fp32 per warpgroup
-constexpr int kBox = 16;                             // rows per bulk copy (pages are multiples of 32 rows)
-constexpr int kBoxes = kT / kBox;
 // A publication slot: P fragments [kPRegs][128 threads], then per head row the new maximum and the
 // rescale factor [64][2].
 constexpr int kPubWords = kPRegs * 128 + kM * 2;
@@ -65,7 +63,7 @@ constexpr int kWgBarrier = 3;        // named barriers 3, 4: inside warpgroup 0,
 constexpr int kConsumerBarrier = 5;  // the two consumer warpgroups (the producer group has left)
 constexpr int kMinChunk = 4 * kT;    // at least two tiles per warpgroup (plan_mla_decode)
 
-static_assert(kMlaRow % 64 == 0 && kT % kBox == 0 && kMlaChunkAlign % kBox == 0, "tile shapes");
+static_assert(kMlaRow % 64 == 0 && kT == 32, "tile shapes: one tile per 32-row page slice (plan: chunks of 32)");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
 // An even stage count: stage s then always holds tiles of one owner, the only group that waits on its full
 // barrier (after the prologue's wait for Q and tile 0).
@@ -143,30 +141,29 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Registers go where the accumulators are: a block of 384 threads gets 168 per thread at launch; the
     // producer group gives most of its share to the two consumer groups (setmaxnreg).
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-    // Producer, thread 0 of the group: each tile as 16-row x 64-dim boxes (per box that starts before
-    // k_end, 9 atoms), into its stage once both groups have released the stage's previous tile; Q's bytes
-    // counted on tile 0's barrier. Boxes never straddle a page (chunks start at multiples of 16, pages are multiples of
-    // 32); boxes wholly past k_end are not read (the block table may end there; the owner zeroes those rows). Under
-    // MlaDecodeArgs::overlap_previous the previous kernel may still be writing q: the first tiles are copied before the
-    // wait, q after it (griddepcontrol.wait is a no-op otherwise).
+    // Producer, thread 0 of the group: each tile in one tensor copy (the 3-D tile map: 32 rows x 9 atoms of
+    // 64 dims, landing atom-major), into its stage once both groups have released the stage's previous
+    // tile; Q's bytes counted on tile 0's barrier. Tiles never straddle a page (chunks start at multiples of
+    // 32, as pages do); the rows of a last tile past k_end are still in its page, copied and zeroed by the
+    // owner. (Copying each tile as eighteen 16-row x 64-dim boxes limited the ring: with the consumers
+    // doing nothing but release stages, this one thread's copies delivered 5 TB/s from L2 into the SMs at
+    // 131k, about what the attention needs.) The block table is read a tile ahead. Under
+    // MlaDecodeArgs::overlap_previous the previous kernel may still be writing q: the first tiles are copied
+    // before the wait, q after it (griddepcontrol.wait is a no-op otherwise).
     if (t == 0) {
       const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.ld_block_table;
+      int row[1];
+      box_rows(table, a.page_size, k_start, kT, k_end, row);
       for (int tile = 0; tile < n_tiles; ++tile) {
         const int stage = tile % kStages;
-        if (tile >= kStages) detail::mbar_wait(empty0 + 8 * stage, ((tile / kStages) - 1) & 1);
         const int start = k_start + tile * kT;
-        const int boxes = min(kBoxes, (k_end - start + kBox - 1) / kBox);
+        int row_next[1];  // read while this tile waits for its stage
+        box_rows(table, a.page_size, start + kT, kT, k_end, row_next);
+        if (tile >= kStages) detail::mbar_wait(empty0 + 8 * stage, ((tile / kStages) - 1) & 1);
         const uint32_t bar = full0 + 8 * stage;
-        detail::mbar_expect_tx(bar, static_cast<uint32_t>(boxes * kAtoms * kBox * 128) + (tile == 0 ? kQBytes : 0));
-        const uint32_t dst0 = detail::smem_addr(ks + stage * kTileBytes);
-        for (int bx = 0; bx < boxes; ++bx) {
-          const int key = start + bx * kBox;
-          const int row = table[key / a.page_size] * a.page_size + key % a.page_size;
-#pragma unroll
-          for (int at = 0; at < kAtoms; ++at) {
-            detail::tma_load_2d(dst0 + at * kTileAtomBytes + bx * kBox * 128, &cache_map, at * 64, row, bar);
-          }
-        }
+        detail::mbar_expect_tx(bar, static_cast<uint32_t>(kTileBytes) + (tile == 0 ? kQBytes : 0));
+        detail::tma_load_3d(detail::smem_addr(ks + stage * kTileBytes), &cache_map, 0, row[0], 0, bar);
+        row[0] = row_next[0];
         if (tile == min(n_tiles, kStages) - 1) {
           detail::pdl_wait();
           const uint32_t q_dst = detail::smem_addr(qs);
