@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <string>
 
 #include "kimirt/cuda/async_pipeline.cuh"
 #include "kimirt/cuda/check.h"
@@ -374,55 +375,44 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-CUtensorMap cache_tensor_map(const bf16* cache, int64_t rows) {
+// A bf16 tensor map of rank R with 128-byte swizzle (dims innermost first, strides in bytes); `what` ends the
+// error message.
+template <int R>
+CUtensorMap bf16_tensor_map(const bf16* base, const cuuint64_t (&dims)[R], const cuuint64_t (&strides)[R - 1],
+                            const cuuint32_t (&box)[R], const std::string& what) {
   const auto encode = tensor_map_encoder();
   CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kMlaRow), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kMlaRow) * 2};
-  const cuuint32_t box[2] = {64, kBox};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(cache), dims, strides, box,
+  cuuint32_t elem_strides[R];
+  for (int i = 0; i < R; ++i) elem_strides[i] = 1;
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, R, const_cast<bf16*>(base), dims, strides, box,
                             elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   KIMIRT_CUDA_REQUIRE(r == CUDA_SUCCESS, "mla_decode: cuTensorMapEncodeTiled failed (error ", static_cast<int>(r),
-                      ") for a cache of ", rows, " rows");
+                      ") for ", what);
   return map;
+}
+
+CUtensorMap cache_tensor_map(const bf16* cache, int64_t rows) {
+  return bf16_tensor_map<2>(cache, {static_cast<cuuint64_t>(kMlaRow), static_cast<cuuint64_t>(rows)},
+                            {static_cast<cuuint64_t>(kMlaRow) * 2}, {64, kBox}, cat("a cache of ", rows, " rows"));
 }
 
 // The cache as 32-row tiles for kSeesaw: dims (64 dims of an atom, rows, 9 atoms; the atom stride, 128
 // bytes, is smaller than the row stride) so that one box of 64 x 32 x 9 lands atom-major ([atom][row][64]),
 // the layout of the 16-row boxes of cache_tensor_map side by side.
 CUtensorMap cache_tile_tensor_map(const bf16* cache, int64_t rows) {
-  const auto encode = tensor_map_encoder();
-  CUtensorMap map;
-  const cuuint64_t dims[3] = {64, static_cast<cuuint64_t>(rows), kMlaRow / 64};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kMlaRow) * 2, 128};
-  const cuuint32_t box[3] = {64, mla_kernels::seesaw::kT, kMlaRow / 64};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(cache), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  KIMIRT_CUDA_REQUIRE(r == CUDA_SUCCESS, "mla_decode: cuTensorMapEncodeTiled failed (error ", static_cast<int>(r),
-                      ") for the tile map of a cache of ", rows, " rows");
-  return map;
+  return bf16_tensor_map<3>(cache, {64, static_cast<cuuint64_t>(rows), kMlaRow / 64},
+                            {static_cast<cuuint64_t>(kMlaRow) * 2, 128}, {64, mla_kernels::seesaw::kT, kMlaRow / 64},
+                            cat("the tile map of a cache of ", rows, " rows"));
 }
 
 // q [batch, heads, 576] (batch stride ld_q) as a 3-D tensor for one 64-head x 64-dim box per atom; heads
 // past the last are zero-filled by the copy engine.
 CUtensorMap q_tensor_map(const bf16* q, int heads, int batch, int64_t ld_q) {
-  const auto encode = tensor_map_encoder();
-  CUtensorMap map;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kMlaRow), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kMlaRow) * 2, static_cast<cuuint64_t>(ld_q) * 2};
-  const cuuint32_t box[3] = {64, kM, 1};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(q), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  KIMIRT_CUDA_REQUIRE(r == CUDA_SUCCESS, "mla_decode: cuTensorMapEncodeTiled failed (error ", static_cast<int>(r),
-                      ") for q of ", batch, " x ", heads, " heads, ld_q ", ld_q);
-  return map;
+  return bf16_tensor_map<3>(
+      q, {static_cast<cuuint64_t>(kMlaRow), static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)},
+      {static_cast<cuuint64_t>(kMlaRow) * 2, static_cast<cuuint64_t>(ld_q) * 2}, {64, kM, 1},
+      cat("q of ", batch, " x ", heads, " heads, ld_q ", ld_q));
 }
 
 // Encoding a tensor map is a driver call; a decode step repeats the same few (the cache, the q buffer), so
