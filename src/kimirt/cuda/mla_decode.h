@@ -52,7 +52,7 @@ struct MlaDecodeArgs {
   bool overlap_previous = false;
 };
 
-inline constexpr int kMlaChunkAlign = 16;  // a plan's chunk is a multiple of this
+inline constexpr int kMlaChunkAlign = 16;  // a plan's chunk is a multiple of this (kMma16, kSeesaw: of 32)
 
 enum class MlaDecodeKernel : int {
   kAuto = 0,     // plan_mla_decode chooses (a plan always holds one of the others)
@@ -63,9 +63,10 @@ enum class MlaDecodeKernel : int {
 inline constexpr int kMlaMma16Heads = 16;
 inline constexpr int kMlaWgmmaHeads = 64;
 // kAuto takes kMma16 up to this many heads per GPU (groups of ≤ 16 heads share tiles through L2), kSeesaw
-// above. Measured on the H200: kMma16 is 1.6-1.9x faster than kWgmma64 at 12 and 16 heads, a few percent at
-// 24 and 32; at 96 heads kSeesaw is 1.4-1.8x faster than kWgmma64 (which is kept for comparison).
-inline constexpr int kMlaAutoMma16MaxHeads = 32;
+// above. Measured on the H200 (B=1, 32k): at 12 and 16 heads kMma16 takes 18.4 / 20.0 us, kSeesaw 23.3 /
+// 23.2; at 24 and 32 heads kSeesaw 24.0 / 24.5 us, kMma16 27.3 / 27.4; at 96 heads kSeesaw is 1.2x (4k) to
+// 2.0x (B=64) faster than kWgmma64 (which is kept for comparison).
+inline constexpr int kMlaAutoMma16MaxHeads = 16;
 
 const char* mla_decode_kernel_name(MlaDecodeKernel kernel);
 
