@@ -566,15 +566,18 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
   // Without a page count the map's bound is only a ceiling on addresses (the block table says which rows
   // exist); 2^29 rows of 1152 bytes keep the byte extent inside what a tensor map can describe.
   const int64_t rows = a.num_pages > 0 ? a.num_pages * a.page_size : (int64_t{1} << 29);
-  const CUtensorMap map = cached_map({0, reinterpret_cast<uintptr_t>(a.cache), rows, 0, 0},
-                                     [&] { return cache_tensor_map(a.cache, rows); });
+  // The 16-row box map, for kMma16 and kWgmma64.
+  auto box_map = [&] {
+    return cached_map({0, reinterpret_cast<uintptr_t>(a.cache), rows, 0, 0},
+                      [&] { return cache_tensor_map(a.cache, rows); });
+  };
   const dim3 grid(static_cast<unsigned>(plan.head_groups), static_cast<unsigned>(plan.splits),
                   static_cast<unsigned>(a.batch));
   if (mma16) {
     namespace k = mla_kernels::mma16;
     ensure_dynamic_smem(reinterpret_cast<const void*>(&k::mla_decode_mma16_kernel), k::kSmemBytes);
     Launch l(grid, k::kThreads, k::kSmemBytes, stream, a.overlap_previous);
-    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, k::mla_decode_mma16_kernel, map, p));
+    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, k::mla_decode_mma16_kernel, box_map(), p));
   } else {
     const CUtensorMap q_map = cached_map({1, reinterpret_cast<uintptr_t>(a.q), a.heads, a.batch, a.ld_q},
                                          [&] { return q_tensor_map(a.q, a.heads, a.batch, a.ld_q); });
@@ -590,7 +593,7 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
     } else {
       ensure_dynamic_smem(reinterpret_cast<const void*>(&mla_decode_kernel), kSmemBytes);
       Launch l(grid, kThreads, kSmemBytes, stream, a.overlap_previous);
-      KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, mla_decode_kernel, map, q_map, p));
+      KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, mla_decode_kernel, box_map(), q_map, p));
     }
   }
   if (plan.splits > 1) {

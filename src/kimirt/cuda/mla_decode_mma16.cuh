@@ -84,8 +84,11 @@ __device__ __forceinline__ void write_empty_chunk(const MlaKernelParams& p, int 
 
 // The dynamic shared memory from its first 1024-byte boundary (what the 128-byte swizzle of the tensor
 // copies and the wgmma descriptors assume); kernels ask for 1 KB more than they use.
+// The offset is added to the shared array itself: through an integer (the generic address rounded up) the
+// compiler lost the pointer's address space, and every shared-memory access of kSeesaw became a generic
+// LD/ST (longer latency than LDS/STS; its publication reads were among the top stalls).
 __device__ __forceinline__ uint8_t* smem_aligned_1024(uint8_t* smem_raw) {
-  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  return smem_raw + ((1024u - (detail::smem_addr(smem_raw) & 1023u)) & 1023u);
 }
 
 // The end of a block's context chunk: the last chunk takes the rest of the sequence.
