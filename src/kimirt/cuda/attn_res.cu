@@ -329,6 +329,11 @@ constexpr int kPipeThreads = 512;
 constexpr int kPipeWarps = kPipeThreads / 32;
 constexpr int kMaxStages = 3;
 constexpr int kMaxRingBytes = 220 * 1024;
+// The ring plus the kernel's static shared arrays (red, partial_a, partial_b, totals, alpha_s) must fit one
+// block's 227 KiB: more candidates or warps shrink the ring.
+static_assert(kMaxRingBytes + 4 * (kFoldParts * kPipeWarps * kStats + 2 * kStats + 4 + kAttnResMaxCandidates) <=
+                  227 * 1024,
+              "attn_res pipelined kernel: shared memory");
 
 template <int VPT>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kPipeThreads, 1)
