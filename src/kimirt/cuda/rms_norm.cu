@@ -28,21 +28,15 @@ __global__ void __launch_bounds__(kNormThreads)
   const int vectors = dim / 8;
   const uint32_t bar_addr = detail::smem_addr(&bar);
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar_addr) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    detail::mbar_init(bar_addr, 1);
+    detail::mbar_init_fence();
     const uint32_t bytes = static_cast<uint32_t>(vectors) * 16;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar_addr),
-                 "r"(res ? 2 * bytes : bytes)
-                 : "memory");
+    detail::mbar_expect_tx(bar_addr, res ? 2 * bytes : bytes);
     detail::bulk_load(detail::smem_addr(row_s), x + row * ldx, bytes, bar_addr);
     if (res) detail::bulk_load(detail::smem_addr(row_s + vectors), res + row * ld_res, bytes, bar_addr);
   }
   __syncthreads();
-  asm volatile(
-      "{\n.reg .pred p;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
-      "@p bra DONE;\nbra WAIT;\nDONE:\n}\n" ::"r"(bar_addr)
-      : "memory");
+  detail::mbar_wait(bar_addr, 0);
   float ss = 0.0f;
   for (int vi = threadIdx.x; vi < vectors; vi += kNormThreads) {
     float v[8];
