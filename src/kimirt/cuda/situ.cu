@@ -32,12 +32,16 @@ __device__ __forceinline__ float glu_value_k(const Act& a, float g, float u) {
   }
 }
 
+// The kKind of glu_value_k an activation takes.
+__host__ __device__ __forceinline__ int glu_kind(const Act& a) { return !a.situ ? 0 : a.linear_beta > 0.0f ? 2 : 1; }
+
 // The kind chosen at run time: the bf16 kernel streams at the copy ceiling either way. The FP8 kernel is
 // instantiated per kind instead: there the special-function unit and the issue slots, not memory, set the
 // pace (H200 profile, 2026-11-29: MUFU-queue and not-selected stalls), so run-time branches cost time.
 __device__ __forceinline__ float glu_value(const Act& a, float g, float u) {
-  if (!a.situ) return glu_value_k<0>(a, g, u);
-  return a.linear_beta > 0.0f ? glu_value_k<2>(a, g, u) : glu_value_k<1>(a, g, u);
+  const int kind = glu_kind(a);
+  if (kind == 0) return glu_value_k<0>(a, g, u);
+  return kind == 2 ? glu_value_k<2>(a, g, u) : glu_value_k<1>(a, g, u);
 }
 
 // Block (x, y): 256 threads over 8-value vectors of row y (blockIdx.y + y_offset).
@@ -146,9 +150,10 @@ void glu_fp8(cudaStream_t stream, const Glu& act, const __nv_bfloat16* gate, con
     const unsigned by = static_cast<unsigned>(std::min<int64_t>(65535, (rows_pad - row0 + 15) / 16));
     const dim3 grid(bx, by);
     const int w = static_cast<int>(width);
-    if (!a.situ) {
+    const int kind = glu_kind(a);
+    if (kind == 0) {
       glu_fp8_kernel<0><<<grid, 256, 0, stream>>>(a, gate, up, ld_in, out_q, out_scales, rows, rows_pad, row0, w);
-    } else if (a.linear_beta > 0.0f) {
+    } else if (kind == 2) {
       glu_fp8_kernel<2><<<grid, 256, 0, stream>>>(a, gate, up, ld_in, out_q, out_scales, rows, rows_pad, row0, w);
     } else {
       glu_fp8_kernel<1><<<grid, 256, 0, stream>>>(a, gate, up, ld_in, out_q, out_scales, rows, rows_pad, row0, w);
