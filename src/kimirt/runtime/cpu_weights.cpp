@@ -98,17 +98,19 @@ CpuWeights::CpuWeights(const model::ModelConfig& c, const model::ParamStore& par
   // What each holds comes from the store: its spec belongs to the schema the checkpoint was loaded with,
   // whose storage formats are the stored ones (a config's quantization_config need not match them).
   std::vector<const model::LoadedParam*> todo;
+  std::vector<model::ParamSlice> slices;
   for (const auto& [name, p] : params.params()) {
     KIMIRT_CHECK(p.spec != nullptr, "parameter {}: the parameter store has no spec for it", name);
-    const model::ParamSlice slice = model::slice_logical(c, *p.spec, mapping);
+    model::ParamSlice slice = model::slice_logical(c, *p.spec, mapping);
     KIMIRT_CHECK(slice.held(), "parameter {}: in the parameter store, but {} holds {}", name, mapping.str(),
                  slice.describe());
     todo.push_back(&p);
+    slices.push_back(std::move(slice));
   }
   std::vector<Tensor> converted = to_f32_parallel(todo);
   for (size_t index = 0; index < todo.size(); ++index) {
     const model::ParamSpec& spec = *todo[index]->spec;
-    const model::ParamSlice slice = model::slice_logical(c, spec, mapping);
+    const model::ParamSlice& slice = slices[index];
     Tensor t = std::move(converted[index]);
     KIMIRT_CHECK(t.shape() == slice.local_shape,
                  "parameter {}: shape {} in the parameter store, expected {} ({} for {})", spec.name,
