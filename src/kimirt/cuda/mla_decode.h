@@ -6,13 +6,13 @@
 // (head groups of the same chunk run side by side and share it through L2). Long contexts are split across
 // blocks (flash-decoding) and merged by a second kernel.
 //
-// Two kernels, picked by the plan:
+// Three kernels, picked by the plan (kWgmma64 only on request, kept for comparison):
 //   kMma16   ≤ 16 heads per block on mma.sync tiles, a copy-engine producer warp feeding a 4-stage ring
 //            and two consumer warpgroups taking alternate tiles: the memory-bound case (K3 under TP ≥ 6).
 //   kWgmma64 ≤ 64 heads per block on wgmma (M = 64): for many heads per GPU, where the tensor cores work;
 //            both warpgroups on every tile, half the dims each.
 //   kSeesaw  ≤ 64 heads per block on wgmma, the warpgroups taking alternate tiles' scores and sharing P,
-//            so that one's softmax runs while the other's wgmmas do.
+//            so that one's softmax runs while the other's wgmmas do: the plan's choice above 16 heads.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,7 +1,7 @@
 // The MLA decode kernel for many heads per block (plan kernel kSeesaw): up to 64 query heads (the wgmma M)
 // against one context chunk, the two warpgroups taking alternate 32-row tiles for the scores ("seesaw",
-// after FlashMLA's schedule). Included by mla_decode.cu only, which also shares MlaKernelParams and
-// write_empty_chunk with the other kernels.
+// after FlashMLA's schedule). Included by mla_decode.cu only; what it shares with the other decode
+// kernels is in mla_decode_common.cuh.
 //
 // Why: at 96 heads per GPU the decode attention is compute-bound, and the kWgmma64 kernel (both warpgroups
 // on each tile, half the 576 dims each, the halves exchanged) runs one chain per tile in which the tensor
@@ -35,6 +35,7 @@
 #include "kimirt/cuda/async_pipeline.cuh"
 #include "kimirt/cuda/device_utils.cuh"
 #include "kimirt/cuda/mla_decode.h"
+#include "kimirt/cuda/mla_decode_common.cuh"
 #include "kimirt/cuda/wgmma.cuh"
 
 namespace kimirt::cuda::mla_kernels::seesaw {
