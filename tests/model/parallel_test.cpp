@@ -20,7 +20,6 @@ using testing::golden_schema;
 using ::testing::HasSubstr;
 using testing::index_keys;
 
-
 const ParamSlice& slice_of(const std::vector<ParamSlice>& slices, const std::string& name) {
   for (const auto& s : slices) {
     if (s.spec->name == name) return s;

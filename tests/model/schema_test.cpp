@@ -19,7 +19,6 @@ using testing::golden_schema;
 using ::testing::HasSubstr;
 using testing::index_keys;
 
-
 // The schema implied by each golden config names exactly the tensors of its checkpoint.
 TEST(Schema, KeySetsEqualTheGoldenIndexes) {
   for (const char* model : {"kl-tiny", "k3-tiny"}) {
