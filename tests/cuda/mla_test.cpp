@@ -78,17 +78,18 @@ TEST(MlaPrefill, VarlenChunkedCausalWithGate) {
 
 constexpr MlaDecodeKernel kKernels[] = {MlaDecodeKernel::kMma16, MlaDecodeKernel::kWgmma64, MlaDecodeKernel::kSeesaw};
 
-// Both kernels, unsplit and split, at head counts that fill their head groups exactly (128, 64, 16), leave
-// them partly empty (96 = 2 x 48 or 6 x 16, 24 = 2 x 12, 7), over pages scattered in reverse order. The rows
-// past each sequence's end inside its last page hold NaN: a kernel that copies a whole box or tile must not
-// let them into the sums (P = 0 there, but 0 · NaN is NaN).
+// Every kernel, unsplit and split, at head counts that fill their head groups exactly (128, 64, 16), leave
+// them partly empty (96 = 2 x 48 or 6 x 16, 24 = 2 x 12, 7), over pages scattered in reverse order, of 64
+// rows and of 32 (a page per tile). The rows past each sequence's end inside its last page
+// hold NaN: a kernel that copies a whole box or tile must not let them into the sums (P = 0 there, but
+// 0 · NaN is NaN).
 TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
   KIMIRT_REQUIRE_GPU();
-  const int page = 64;
-  for (int heads : {128, 96, 64, 24, 16, 7}) {
+  for (const auto& [page, heads] :
+       {std::pair{64, 128}, {64, 96}, {64, 64}, {64, 24}, {64, 16}, {64, 7}, {32, 96}, {32, 24}, {32, 7}}) {
     const std::vector<int32_t> lens = {1, 77, 700, 64};
     const int batch = lens.size();
-    const int max_pages = 12;
+    const int max_pages = 768 / page;
     const int num_pages = batch * max_pages;
     std::vector<int32_t> table(batch * max_pages);
     for (int i = 0; i < batch * max_pages; ++i) table[i] = num_pages - 1 - i;
@@ -116,8 +117,8 @@ TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
         a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = batch, a.heads = heads;
         mla_decode(nullptr, a, plan, ws.data());
         EXPECT_LE(test::rel_err(dl_bf16(out, batch * heads * 512), ref), 1e-2)
-            << mla_decode_kernel_name(kernel) << " heads " << heads << " splits " << plan.splits << " x "
-            << plan.head_groups << " head groups";
+            << mla_decode_kernel_name(kernel) << " heads " << heads << " page " << page << " splits " << plan.splits
+            << " x " << plan.head_groups << " head groups";
       }
     }
   }
