@@ -129,6 +129,67 @@ TEST(Gemm, SkinnyRowsKernelEveryConfig) {
   EXPECT_THROW(skinny_gemm(nullptr, a, nullptr, 0, info.sm_count, rows), Error);
 }
 
+// The output gate fused into the skinny kernels' store (SkinnyGemmArgs::gate) gives the same bits as the
+// plain product followed by sigmoid_gate_mul: the rows kernel (with and without a K split over warps), the
+// MMA kernel on strided batches (the W_UV layout), with K split over blocks (the reduce kernel stores) and
+// without. A gate with fp32 output or accumulation is refused.
+TEST(Gemm, SkinnyGateMatchesSigmoidGateMulBitForBit) {
+  KIMIRT_REQUIRE_GPU();
+  const int sms = query_device(0).sm_count;
+  struct Case {
+    int64_t m, n, k, batch;
+    SkinnyConfig config;
+    uint64_t workspace;
+  };
+  SkinnyConfig rows1, rows4, mma;
+  rows1.kernel = rows4.kernel = SkinnyConfig::Kernel::kRows;
+  rows4.splits = 4;
+  mma.kernel = SkinnyConfig::Kernel::kMma;
+  for (const Case& c : {Case{1, 336, 2048, 1, rows1, 0}, Case{2, 96, 4096, 1, rows4, 0}, Case{1, 128, 512, 12, mma, 0},
+                        Case{3, 128, 512, 12, mma, 0}, Case{2, 64, 8192, 1, mma, 16 << 20}}) {
+    const int64_t width = c.batch * c.n;  // each token's outputs, contiguous
+    std::vector<float> x = test::random_vec(c.m * c.batch * c.k, 40 + c.n);
+    std::vector<float> w = test::random_vec(c.batch * c.n * c.k, 41 + c.n);
+    std::vector<float> g = test::random_vec(c.m * width, 42 + c.n, -4, 4);
+    DeviceBuffer dx = upload(test::to_bf16(x)), dw = upload(test::to_bf16(w)), dg = upload(test::to_bf16(g));
+    DeviceBuffer ws(c.workspace + 16);
+    DeviceBuffer plain = test::poisoned(c.m * width * 2), gated = test::poisoned(c.m * width * 2);
+    SkinnyGemmArgs a{dx.as<__nv_bfloat16>(),
+                     c.batch * c.k,
+                     dw.as<__nv_bfloat16>(),
+                     c.k,
+                     plain.data(),
+                     OutType::kBF16,
+                     width,
+                     c.m,
+                     c.n,
+                     c.k,
+                     0.0f};
+    a.batch = c.batch, a.stride_x = c.k, a.stride_w = c.n * c.k, a.stride_y = c.n;
+    skinny_gemm(nullptr, a, c.workspace ? ws.data() : nullptr, c.workspace, sms, c.config);
+    sigmoid_gate_mul(nullptr, plain.as<__nv_bfloat16>(), width, dg.as<__nv_bfloat16>(), width, c.m, width);
+    a.y = gated.data(), a.gate = dg.as<__nv_bfloat16>();
+    skinny_gemm(nullptr, a, c.workspace ? ws.data() : nullptr, c.workspace, sms, c.config);
+    const auto want = download<uint16_t>(plain.data(), c.m * width);
+    const auto got = download<uint16_t>(gated.data(), c.m * width);
+    int64_t differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) differ += want[i] != got[i];
+    EXPECT_EQ(differ, 0) << test::shape({c.m, c.n, c.k}) << " batch " << c.batch << " " << skinny_config_name(c.config);
+    if (c.workspace) {
+      EXPECT_GT(skinny_gemm_workspace_bytes(c.m, c.n, c.k, sms, c.batch), 0u) << "the split-K case splits K";
+    }
+  }
+  DeviceBuffer p(1 << 16);
+  const __nv_bfloat16* b = p.as<__nv_bfloat16>();
+  SkinnyGemmArgs f32{b, 64, b, 64, p.data(), OutType::kF32, 64, 1, 64, 64, 0.0f};
+  f32.gate = b;
+  EXPECT_FALSE(skinny_gemm_supported(f32));
+  EXPECT_THROW(skinny_gemm(nullptr, f32, nullptr, 0, sms), Error);
+  SkinnyGemmArgs acc{b, 64, b, 64, p.data(), OutType::kBF16, 64, 1, 64, 64, 1.0f};
+  acc.gate = b;
+  EXPECT_FALSE(skinny_gemm_supported(acc));
+}
+
 // Autotuning keeps one plan per shape and reports it; a plan built inside a graph capture is the heuristic's.
 TEST(Gemm, AutotunedPlansAreReported) {
   KIMIRT_REQUIRE_GPU();
@@ -236,6 +297,23 @@ TEST(Gemm, BatchedAbsorptionLayout) {
           rr.push_back(float(acc));
         }
     EXPECT_LE(test::rel_err(gg, rr), 4e-3) << "W_UV via Linear::batched, table max m " << table_m;
+
+    // With the output gate: the same bits as the product above followed by sigmoid_gate_mul, on both paths.
+    std::vector<float> gv = test::random_vec(m * heads * 128, 5, -4, 4);
+    DeviceBuffer gate = upload(test::to_bf16(gv));
+    DeviceBuffer o_gated = test::poisoned(m * heads * 128 * 2);
+    linear.batched(nullptr, dob.as<__nv_bfloat16>(), heads * 512, 512, dw.as<__nv_bfloat16>() + 128 * 512, 512,
+                   256 * 512, o_gated.data(), OutType::kBF16, heads * 128, 128, m, 128, 512, heads,
+                   gate.as<__nv_bfloat16>());
+    sigmoid_gate_mul(nullptr, o.as<__nv_bfloat16>(), heads * 128, gate.as<__nv_bfloat16>(), heads * 128, m,
+                     heads * 128);
+    EXPECT_EQ(download<uint16_t>(o_gated.data(), m * heads * 128), download<uint16_t>(o.data(), m * heads * 128))
+        << "gated W_UV via Linear::batched, table max m " << table_m;
+    // A gate needs each token's outputs contiguous.
+    EXPECT_THROW(linear.batched(nullptr, dob.as<__nv_bfloat16>(), heads * 512, 512, dw.as<__nv_bfloat16>() + 128 * 512,
+                                512, 256 * 512, o_gated.data(), OutType::kBF16, heads * 256, 256, m, 128, 512, heads,
+                                gate.as<__nv_bfloat16>()),
+                 Error);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "kimirt/base/error.h"
 #include "kimirt/cuda/gemv.h"
+#include "kimirt/cuda/mla_cache.h"  // sigmoid_gate_mul, the gate after cuBLASLt
 
 namespace kimirt::cuda {
 namespace {
@@ -162,17 +163,23 @@ void Linear::operator()(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx
 
 void Linear::batched(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, int64_t stride_x, const __nv_bfloat16* w,
                      int64_t ldw, int64_t stride_w, void* y, OutType y_type, int64_t ldy, int64_t stride_y, int64_t m,
-                     int64_t n, int64_t k, int64_t batch) {
+                     int64_t n, int64_t k, int64_t batch, const __nv_bfloat16* gate) {
   if (m == 0) return;
+  KIMIRT_CHECK(!gate || (y_type == OutType::kBF16 && stride_y == n && ldy >= batch * n),
+               "Linear::batched: a gate needs bf16 y with each token's outputs contiguous (stride_y ", stride_y,
+               " = n ", n, ", ldy ", ldy, " >= batch * n)");
   if (uses_skinny(m, n, k)) {
     SkinnyGemmArgs a{x, ldx, w, ldw, y, y_type, ldy, m, n, k, 0.0f};
-    a.batch = batch, a.stride_x = stride_x, a.stride_w = stride_w, a.stride_y = stride_y;
+    a.batch = batch, a.stride_x = stride_x, a.stride_w = stride_w, a.stride_y = stride_y, a.gate = gate;
     if (skinny_gemm_supported(a)) {
       skinny_gemm(stream, a, skinny_workspace_, skinny_workspace_bytes_, sm_count_);
       return;
     }
   }
   lt_.batched_bf16(stream, x, ldx, stride_x, w, ldw, stride_w, true, y, y_type, ldy, stride_y, m, n, k, batch);
+  if (gate) {
+    sigmoid_gate_mul(stream, static_cast<__nv_bfloat16*>(y), ldy, gate, ldy, m, batch * n);
+  }
 }
 
 }  // namespace kimirt::cuda

@@ -67,10 +67,12 @@ class Linear {
     (*this)(stream, x, k, w, k, y, y_type, n, m, n, k, beta);
   }
 
-  // Strided batches of y_b = x_b · w_bᵀ (w_b [n, k]); pointers advance by the strides (elements).
+  // Strided batches of y_b = x_b · w_bᵀ (w_b [n, k]); pointers advance by the strides (elements). gate
+  // (optional; BF16 y, each token's outputs contiguous: stride_y = n): y = bf16(y · σ(gate)), gate laid out
+  // as y, fused into the skinny kernel's store, or sigmoid_gate_mul after cuBLASLt.
   void batched(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, int64_t stride_x, const __nv_bfloat16* w,
                int64_t ldw, int64_t stride_w, void* y, OutType y_type, int64_t ldy, int64_t stride_y, int64_t m,
-               int64_t n, int64_t k, int64_t batch);
+               int64_t n, int64_t k, int64_t batch, const __nv_bfloat16* gate = nullptr);
 
   // Which path a call of this shape takes (alignment permitting).
   bool uses_skinny(int64_t m, int64_t n, int64_t k) const;

@@ -36,16 +36,20 @@ struct Params {
   float beta;
   float* partial;  // [batch, splits, m, n] when splits > 1
   int64_t stride_x, stride_w, stride_y;
+  const bf16* gate;  // optional, as y (SkinnyGemmArgs::gate)
 };
 
+// gate: BF16 y with beta 0 only (skinny_gemm_supported); the product is rounded to bf16 first, as the
+// unfused path stores it, then gated as sigmoid_gate_mul does.
 template <typename OutT>
-__device__ __forceinline__ void store_out(void* y, int64_t index, float v, float beta) {
+__device__ __forceinline__ void store_out(void* y, int64_t index, float v, float beta, const bf16* gate) {
   OutT* p = static_cast<OutT*>(y) + index;
   if constexpr (sizeof(OutT) == 4) {
     if (beta != 0.0f) v += *p;
     *p = v;
   } else {
     if (beta != 0.0f) v += __bfloat162float(*p);
+    if (gate) v = __bfloat162float(__float2bfloat16_rn(v)) * detail::sigmoid(__bfloat162float(gate[index]));
     *p = __float2bfloat16_rn(v);
   }
 }
@@ -143,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
       for (int w = 0; w < kWarps; ++w) s += red[w][r][tok];
     }
     if (p.splits == 1) {
-      store_out<OutT>(p.y, entry * p.stride_y + static_cast<int64_t>(tok) * p.ldy + row, s, p.beta);
+      store_out<OutT>(p.y, entry * p.stride_y + static_cast<int64_t>(tok) * p.ldy + row, s, p.beta, p.gate);
     } else {
       p.partial[((entry * p.splits + blockIdx.y) * p.m + tok) * p.n + row] = s;
     }
@@ -152,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
 
 template <typename OutT>
 __global__ void skinny_reduce_kernel(const float* __restrict__ partial, int splits, int m, int n, void* y, int64_t ldy,
-                                     int64_t stride_y, float beta) {
+                                     int64_t stride_y, float beta, const bf16* gate) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t entry = blockIdx.y;
   if (idx >= static_cast<int64_t>(m) * n) return;
@@ -160,7 +164,7 @@ __global__ void skinny_reduce_kernel(const float* __restrict__ partial, int spli
   const int row = static_cast<int>(idx % n);
   float s = 0.0f;
   for (int sp = 0; sp < splits; ++sp) s += partial[((entry * splits + sp) * m + tok) * n + row];
-  store_out<OutT>(y, entry * stride_y + static_cast<int64_t>(tok) * ldy + row, s, beta);
+  store_out<OutT>(y, entry * stride_y + static_cast<int64_t>(tok) * ldy + row, s, beta, gate);
 }
 
 // ---- Row-streaming kernel (batch 1, m <= 4): a warp reads whole rows of W, 512 contiguous bytes per load
@@ -183,6 +187,7 @@ struct RowsParams {
   int splits;       // warps sharing a row group (1, 2, 4, 8)
   int k_per_split;  // multiple of 8
   float beta;
+  const bf16* gate;  // optional, as y (SkinnyGemmArgs::gate)
 };
 
 template <int NM, int R, typename OutT>
@@ -269,7 +274,7 @@ __global__ void __launch_bounds__(kRowsThreads) gemv_rows_kernel(RowsParams p) {
     for (int t = 0; t < NM; ++t) {
       // Lane r * NM + t stores one output.
       if (lane == r * NM + t && row0 + r < p.n && t < p.m) {
-        store_out<OutT>(p.y, static_cast<int64_t>(t) * p.ldy + row0 + r, acc[r][t], p.beta);
+        store_out<OutT>(p.y, static_cast<int64_t>(t) * p.ldy + row0 + r, acc[r][t], p.beta, p.gate);
       }
     }
 }
@@ -308,8 +313,8 @@ SkinnyConfig choose_rows_config(int64_t n, int64_t k, int sm_count) {
 
 void run_rows(cudaStream_t stream, const SkinnyGemmArgs& a, SkinnyConfig c) {
   RowsParams p{
-      a.x,      a.ldx, a.w,   a.ldw, a.y, a.ldy, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k),
-      c.splits, 0,     a.beta};
+      a.x,      a.ldx, a.w,    a.ldw, a.y, a.ldy, static_cast<int>(a.m), static_cast<int>(a.n), static_cast<int>(a.k),
+      c.splits, 0,     a.beta, a.gate};
   p.k_per_split = static_cast<int>((a.k / c.splits + 7) / 8 * 8);
   const int64_t groups = (a.n + c.rows_per_warp - 1) / c.rows_per_warp;
   const int64_t warps = groups * c.splits;
@@ -364,7 +369,7 @@ bool skinny_gemm_supported(const SkinnyGemmArgs& a) {
   return a.m >= 1 && a.m <= kSkinnyMaxM && a.n >= 1 && a.n < (1ll << 31) && a.k >= kChunk && a.k % kChunk == 0 &&
          a.k < (1ll << 31) && a.ldx >= a.k && a.ldw >= a.k && a.ldy >= a.n && a.ldx % 8 == 0 && a.ldw % 8 == 0 && a.x &&
          a.w && a.y && detail::aligned16(a.x) && detail::aligned16(a.w) && (a.beta == 0.0f || a.beta == 1.0f) &&
-         batch_ok;
+         batch_ok && (!a.gate || (a.y_type == OutType::kBF16 && a.beta == 0.0f));
 }
 
 uint64_t skinny_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_count, int64_t batch) {
@@ -390,7 +395,9 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
   if (a.m == 0) return;
   KIMIRT_CUDA_REQUIRE(skinny_gemm_supported(a), "skinny_gemm: unsupported call m=", a.m, " n=", a.n, " k=", a.k,
                       " ldx=", a.ldx, " ldw=", a.ldw, " ldy=", a.ldy, " beta=", a.beta, " batch=", a.batch,
-                      " (needs 1 <= m <= 16, k a multiple of 32, strides multiples of 8, x and w 16-byte aligned)");
+                      a.gate ? " gated" : "",
+                      " (needs 1 <= m <= 16, k a multiple of 32, strides multiples of 8, x and w 16-byte aligned, a "
+                      "gate only with bf16 y and beta 0)");
   SkinnyConfig c = config.kernel == SkinnyConfig::Kernel::kAuto ? skinny_gemm_config(a, sm_count) : config;
   if (c.kernel != SkinnyConfig::Kernel::kMma) {
     KIMIRT_CUDA_REQUIRE(a.batch == 1 && a.m <= 4 && (c.rows_per_warp == 1 || c.rows_per_warp == 2) &&
@@ -417,7 +424,8 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
            static_cast<float*>(workspace),
            a.stride_x,
            a.stride_w,
-           a.stride_y};
+           a.stride_y,
+           a.gate};
   const bool wide = wide_rows(a.k);
   const int64_t rows_per_block = wide ? kRows * kWarps : kRows;
   const dim3 grid(static_cast<unsigned>((a.n + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(s.splits),
@@ -433,10 +441,10 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
     const dim3 blocks(static_cast<unsigned>((total + threads - 1) / threads), static_cast<unsigned>(a.batch));
     if (a.y_type == OutType::kF32) {
       skinny_reduce_kernel<float>
-          <<<blocks, threads, 0, stream>>>(p.partial, s.splits, p.m, p.n, a.y, a.ldy, a.stride_y, a.beta);
+          <<<blocks, threads, 0, stream>>>(p.partial, s.splits, p.m, p.n, a.y, a.ldy, a.stride_y, a.beta, a.gate);
     } else {
       skinny_reduce_kernel<bf16>
-          <<<blocks, threads, 0, stream>>>(p.partial, s.splits, p.m, p.n, a.y, a.ldy, a.stride_y, a.beta);
+          <<<blocks, threads, 0, stream>>>(p.partial, s.splits, p.m, p.n, a.y, a.ldy, a.stride_y, a.beta, a.gate);
     }
     KIMIRT_CUDA_CHECK_LAUNCH();
   }

@@ -32,6 +32,10 @@ struct SkinnyGemmArgs {
   // y + b·stride_y (elements).
   int64_t batch = 1;
   int64_t stride_x = 0, stride_w = 0, stride_y = 0;
+  // Optional output gate (BF16 y, beta 0): y = bf16(bf16(x · Wᵀ) · σ(gate)), gate laid out as y (ldy,
+  // stride_y): bit for bit what sigmoid_gate_mul (mla_cache.h) after the plain product gives, without its
+  // launch (the MLA output gate fused into W_UV).
+  const __nv_bfloat16* gate = nullptr;
 };
 
 // Which kernel and split a call uses; skinny_gemm picks it from the shape, the dispatch table (measured)
@@ -44,7 +48,8 @@ struct SkinnyConfig {
 };
 
 // Whether the skinny kernel can run this call (m ≤ 16, k % 32 == 0, row and batch strides of x and w
-// multiples of 8 elements, x and w 16-byte aligned); the dispatcher falls back to cuBLASLt otherwise.
+// multiples of 8 elements, x and w 16-byte aligned, a gate only with BF16 y and beta 0); the dispatcher
+// falls back to cuBLASLt otherwise.
 bool skinny_gemm_supported(const SkinnyGemmArgs& a);
 
 // Bytes of fp32 partial sums the split-K path may need for this shape on `sm_count` SMs.

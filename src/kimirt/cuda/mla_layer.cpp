@@ -118,16 +118,17 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   a.overlap_previous = true;  // the previous kernel is the absorption (or its split-K reduction): q_abs only
   mla_decode(stream, a, plan, ws);
 
-  // o[:, h, :] = ō_h · W_UV_hᵀ (W_UV_h = kv_b rows h·256+128 .. h·256+255, [128, 512]).
-  bf16* o = arena.step<bf16>(batch * d.heads * kV, "mla.o");
-  linear.batched(stream, o_lat, d.heads * kMlaLatent, kMlaLatent, w.kv_b_proj + kNope * kMlaLatent, kMlaLatent,
-                 kKvB * kMlaLatent, o, OutType::kBF16, d.heads * kV, kV, batch, kV, kMlaLatent, d.heads);
+  // o[:, h, :] = ō_h · W_UV_hᵀ (W_UV_h = kv_b rows h·256+128 .. h·256+255, [128, 512]), times σ(g) when the
+  // layer has the output gate: applied as W_UV stores o (one launch less on the step's critical path), so
+  // the gate projection is waited for first (on the side stream it is long done by then).
   if (side) {
     KIMIRT_CUDA_CHECK(cudaStreamWaitEvent(stream, side->gate_ready));
   } else {
     gate_branch(linear, stream);
   }
-  if (g) sigmoid_gate_mul(stream, o, d.heads * kV, g, d.heads * kV, batch, d.heads * kV);
+  bf16* o = arena.step<bf16>(batch * d.heads * kV, "mla.o");
+  linear.batched(stream, o_lat, d.heads * kMlaLatent, kMlaLatent, w.kv_b_proj + kNope * kMlaLatent, kMlaLatent,
+                 kKvB * kMlaLatent, o, OutType::kBF16, d.heads * kV, kV, batch, kV, kMlaLatent, d.heads, g);
   finish(linear, arena, stream, d, w, x, o, batch, out, accumulate, true);
   arena.rewind(mark);
 }
