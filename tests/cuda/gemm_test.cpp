@@ -141,12 +141,16 @@ TEST(Gemm, SkinnyGateMatchesSigmoidGateMulBitForBit) {
     SkinnyConfig config;
     uint64_t workspace;
   };
-  SkinnyConfig rows1, rows4, mma;
-  rows1.kernel = rows4.kernel = SkinnyConfig::Kernel::kRows;
-  rows4.splits = 4;
+  SkinnyConfig rows1, rows2x4, mma;
+  rows1.kernel = rows2x4.kernel = SkinnyConfig::Kernel::kRows;
+  rows1.rows_per_warp = 1;
+  rows2x4.splits = 4;
   mma.kernel = SkinnyConfig::Kernel::kMma;
-  for (const Case& c : {Case{1, 336, 2048, 1, rows1, 0}, Case{2, 96, 4096, 1, rows4, 0}, Case{1, 128, 512, 12, mma, 0},
-                        Case{3, 128, 512, 12, mma, 0}, Case{2, 64, 8192, 1, mma, 16 << 20}}) {
+  // rows kernel 1 row per warp / 2 rows and K over 4 warps (m up to 4); MMA kernel on strided batches with
+  // long rows, short rows (K <= 256: the WIDE variant) and K split over blocks (with and without batches).
+  for (const Case& c : {Case{1, 336, 2048, 1, rows1, 0}, Case{4, 96, 4096, 1, rows2x4, 0},
+                        Case{1, 128, 512, 12, mma, 0}, Case{3, 128, 512, 12, mma, 0}, Case{2, 512, 128, 12, mma, 0},
+                        Case{2, 64, 8192, 1, mma, 16 << 20}, Case{2, 64, 8192, 3, mma, 16 << 20}}) {
     const int64_t width = c.batch * c.n;  // each token's outputs, contiguous
     std::vector<float> x = test::random_vec(c.m * c.batch * c.k, 40 + c.n);
     std::vector<float> w = test::random_vec(c.batch * c.n * c.k, 41 + c.n);
@@ -309,11 +313,15 @@ TEST(Gemm, BatchedAbsorptionLayout) {
                      heads * 128);
     EXPECT_EQ(download<uint16_t>(o_gated.data(), m * heads * 128), download<uint16_t>(o.data(), m * heads * 128))
         << "gated W_UV via Linear::batched, table max m " << table_m;
-    // A gate needs each token's outputs contiguous.
-    EXPECT_THROW(linear.batched(nullptr, dob.as<__nv_bfloat16>(), heads * 512, 512, dw.as<__nv_bfloat16>() + 128 * 512,
-                                512, 256 * 512, o_gated.data(), OutType::kBF16, heads * 256, 256, m, 128, 512, heads,
-                                gate.as<__nv_bfloat16>()),
-                 Error);
+    // A gate needs each token's outputs contiguous; the error names the strides.
+    try {
+      linear.batched(nullptr, dob.as<__nv_bfloat16>(), heads * 512, 512, dw.as<__nv_bfloat16>() + 128 * 512, 512,
+                     256 * 512, o_gated.data(), OutType::kBF16, heads * 256, 256, m, 128, 512, heads,
+                     gate.as<__nv_bfloat16>());
+      ADD_FAILURE() << "a gate with stride_y 256 != n 128 was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("stride_y 256 = n 128"), std::string::npos) << e.what();
+    }
   }
 }
 

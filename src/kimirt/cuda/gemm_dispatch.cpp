@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -165,9 +166,14 @@ void Linear::batched(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, i
                      int64_t ldw, int64_t stride_w, void* y, OutType y_type, int64_t ldy, int64_t stride_y, int64_t m,
                      int64_t n, int64_t k, int64_t batch, const __nv_bfloat16* gate) {
   if (m == 0) return;
-  KIMIRT_CHECK(!gate || (y_type == OutType::kBF16 && stride_y == n && ldy >= batch * n),
-               "Linear::batched: a gate needs bf16 y with each token's outputs contiguous (stride_y ", stride_y,
-               " = n ", n, ", ldy ", ldy, " >= batch * n)");
+  // The gate's preconditions are those of both paths (sigmoid_gate_mul's after cuBLASLt included), checked
+  // before anything runs: which path a shape takes depends on the GEMM table.
+  KIMIRT_CHECK(!gate || (y_type == OutType::kBF16 && (batch == 1 || stride_y == n) && ldy >= batch * n &&
+                         ldy % 8 == 0 && (batch * n) % 8 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(gate) % 16 == 0),
+               "Linear::batched: a gate needs bf16 y with each token's {} outputs contiguous (stride_y {} = n {} when "
+               "batched), ldy {} >= batch * n and a multiple of 8, and y and gate 16-byte aligned",
+               batch * n, stride_y, n, ldy);
   if (uses_skinny(m, n, k)) {
     SkinnyGemmArgs a{x, ldx, w, ldw, y, y_type, ldy, m, n, k, 0.0f};
     a.batch = batch, a.stride_x = stride_x, a.stride_w = stride_w, a.stride_y = stride_y, a.gate = gate;

@@ -120,7 +120,7 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
 
   // o[:, h, :] = ō_h · W_UV_hᵀ (W_UV_h = kv_b rows h·256+128 .. h·256+255, [128, 512]), times σ(g) when the
   // layer has the output gate: applied as W_UV stores o (one launch less on the step's critical path), so
-  // the gate projection is waited for first (on the side stream it is long done by then).
+  // the gate projection is waited for first (on the side stream it ends about when the attention does).
   if (side) {
     KIMIRT_CUDA_CHECK(cudaStreamWaitEvent(stream, side->gate_ready));
   } else {
