@@ -44,14 +44,9 @@ bf16* project_q(Linear& linear, DeviceArena& arena, cudaStream_t stream, const M
   return q;
 }
 
-// Output gate and o_proj on o [t, heads·128].
-void finish(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& d, const MlaLayerWeights& w,
-            const bf16* x, bf16* o, int64_t t, bf16* out, bool accumulate, bool gate_done) {
-  if (d.output_gate && !gate_done) {
-    bf16* g = arena.step<bf16>(t * d.heads * kV, "mla.gate");
-    linear(stream, x, w.g_proj, g, OutType::kBF16, t, d.heads * kV, d.hidden);
-    sigmoid_gate_mul(stream, o, d.heads * kV, g, d.heads * kV, t, d.heads * kV);
-  }
+// out [t, hidden] (+)= o [t, heads·128] · o_projᵀ (o already gated: both steps apply σ(g) before this).
+void o_proj(Linear& linear, cudaStream_t stream, const MlaLayerDims& d, const MlaLayerWeights& w, const bf16* o,
+            int64_t t, bf16* out, bool accumulate) {
   linear(stream, o, w.o_proj, out, OutType::kBF16, t, d.hidden, d.heads * kV, accumulate ? 1.0f : 0.0f);
 }
 
@@ -129,7 +124,7 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   bf16* o = arena.step<bf16>(batch * d.heads * kV, "mla.o");
   linear.batched(stream, o_lat, d.heads * kMlaLatent, kMlaLatent, w.kv_b_proj + kNope * kMlaLatent, kMlaLatent,
                  kKvB * kMlaLatent, o, OutType::kBF16, d.heads * kV, kV, batch, kV, kMlaLatent, d.heads, g);
-  finish(linear, arena, stream, d, w, x, o, batch, out, accumulate, true);
+  o_proj(linear, stream, d, w, o, batch, out, accumulate);
   arena.rewind(mark);
 }
 
@@ -166,7 +161,7 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
   a.out = o, a.ld_out = d.heads * kV;
   a.cu_q = cu_q, a.cu_k = cu_k, a.batch = batch, a.heads = static_cast<int>(d.heads), a.max_q = max_q;
   mla_prefill(stream, a);
-  finish(linear, arena, stream, d, w, x, o, tokens, out, accumulate, true);
+  o_proj(linear, stream, d, w, o, tokens, out, accumulate);
   arena.rewind(mark);
 }
 
