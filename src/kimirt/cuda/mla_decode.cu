@@ -22,8 +22,7 @@
 // What limits it (H200, 2026-11-29): the per-tile chain (S, exchange, softmax, P·V, two block barriers),
 // about 3.4 µs per 48-row tile, not memory: a 4-stage ring of 32-row tiles (three tiles in flight instead
 // of one) was measured no faster. kSeesaw splits the two warpgroups over alternate tiles (each with the
-// whole S, no exchange), so that one's softmax hides the other's wgmmas: 1.2-2.0x faster
-// at 96 heads.
+// whole S, no exchange), so that one's softmax hides the other's wgmmas: 1.2-2.0x faster at 96 heads.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 

@@ -41,27 +41,27 @@
 
 namespace kimirt::cuda::mla_kernels::seesaw {
 
-constexpr int kM = 64;                         // head rows per block (unused rows: zeros or discarded)
-constexpr int kConsumers = 256;                // two warpgroups
-constexpr int kThreads = kConsumers + 128;     // and the producer warpgroup (one thread copies)
-constexpr int kAtoms = kMlaRow / 64;           // 9 swizzle atoms of 64 dims per row
-constexpr int kQAtomBytes = kM * 128;          // 8192
-constexpr int kQBytes = kAtoms * kQAtomBytes;  // 73728
-constexpr int kOFrag = 128;                    // 64 x 256 fp32 per warpgroup
-// A publication's row slot: per head row the new maximum and the rescale factor (two slots, tile parity).
-constexpr int kRowSlotBytes = kM * 8;
-constexpr int kPubBarrier = 1;                       // named barriers 1, 2: publication of tiles with parity 0, 1
-constexpr int kWgBarrier = 3;                        // named barriers 3, 4: inside warpgroup 0, 1
-constexpr int kConsumerBarrier = 5;                  // the two consumer warpgroups (the producer group has left)
+constexpr int kM = 64;                               // head rows per block (unused rows: zeros or discarded)
 constexpr int kT = 32;                               // cache rows per tile (the N of the score wgmmas)
-constexpr int kMinChunk = 4 * kT;                    // at least two tiles per warpgroup (plan_mla_decode)
 constexpr int kStages = 4;                           // tiles in shared memory
+constexpr int kMinChunk = 4 * kT;                    // at least two tiles per warpgroup (plan_mla_decode)
+constexpr int kConsumers = 256;                      // two warpgroups
+constexpr int kThreads = kConsumers + 128;           // and the producer warpgroup (one thread copies)
+constexpr int kAtoms = kMlaRow / 64;                 // 9 swizzle atoms of 64 dims per row
+constexpr int kQAtomBytes = kM * 128;                // 8192
+constexpr int kQBytes = kAtoms * kQAtomBytes;        // 73728
 constexpr int kTileAtomBytes = kT * 128;             // 4096
 constexpr int kTileBytes = kAtoms * kTileAtomBytes;  // 36864
 constexpr int kSFrag = kT / 2;                       // 16 score accumulators per thread
 constexpr int kPRegs = kT / 16 * 4;                  // 8 packed bf16 pairs: P as A fragments of kT/16 k-steps
-constexpr int kBarBytes = 2 * kStages * 8;           // full and empty per stage
+constexpr int kOFrag = 128;                          // 64 x 256 fp32 per warpgroup
+// A publication's row slot: per head row the new maximum and the rescale factor (two slots, tile parity).
+constexpr int kRowSlotBytes = kM * 8;
+constexpr int kBarBytes = 2 * kStages * 8;  // full and empty per stage
 constexpr int kSmemBytes = 1024 + kQBytes + kStages * kTileBytes + 2 * kRowSlotBytes + kBarBytes;
+constexpr int kPubBarrier = 1;       // named barriers 1, 2: publication of tiles with parity 0, 1
+constexpr int kWgBarrier = 3;        // named barriers 3, 4: inside warpgroup 0, 1
+constexpr int kConsumerBarrier = 5;  // the two consumer warpgroups (the producer group has left)
 static_assert(kMlaRow % 64 == 0 && kT == 32, "tile shapes: one tile per 32-row page slice (plan: chunks of 32)");
 // P (bf16, [kT/16 k-steps][4][128 threads]) is published in the tile's own rope atom (dims 512-575), which
 // only the owner's scores read: it has those scores when it publishes, and the stage is refilled only after
@@ -158,12 +158,13 @@ struct Consumer {
         detail::named_barrier_sync(kWgBarrier + wg, 128);
       }
       // Online softmax (log2 domain) on rows r0 and r0 + 8, straight from the score accumulators (written by
-      // wgmma only); each pair of weights is packed and published as it is computed.
+      // wgmma only); each pair of weights is packed and published as it is computed. Accumulator i holds key
+      // 8·(i / 4) + 2·(lane % 4) + i % 2 of row r0 + 8·((i / 2) % 2).
+      auto live = [&](int i) { return valid == kT || 8 * (i >> 2) + 2 * (lane & 3) + (i & 1) < valid; };
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int i = 0; i < kSFrag; ++i) {
-        const bool live = valid == kT || 8 * (i >> 2) + 2 * (lane & 3) + (i & 1) < valid;
-        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], live ? s[i] * prm.scale_log2 : -INFINITY);
+        mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], live(i) ? s[i] * prm.scale_log2 : -INFINITY);
       }
       float factor[2];
 #pragma unroll
@@ -180,8 +181,7 @@ struct Consumer {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int i = 2 * j + e;
-          const bool live = valid == kT || 8 * (i >> 2) + 2 * (lane & 3) + (i & 1) < valid;
-          pv[e] = live ? ex2(s[i] * prm.scale_log2 - mx[(i >> 1) & 1]) : 0.0f;
+          pv[e] = live(i) ? ex2(s[i] * prm.scale_log2 - mx[(i >> 1) & 1]) : 0.0f;
           rowsum[(i >> 1) & 1] += pv[e];
         }
         p_slot[j * 128 + t] = detail::pack_bf16x2(pv[0], pv[1]);
@@ -244,10 +244,9 @@ struct Consumer {
     detail::fence_regs(o);
   }
 
-  // The epilogue, ls: 2 KB of shared memory no wgmma reads any more (Q's buffer).
+  // The epilogue. The 4 threads of a row quad hold disjoint keys of l; then the two groups' shares meet in
+  // ls, 2 KB of Q's buffer (every score wgmma has completed once both groups are past the barrier).
   __device__ __forceinline__ void finish(float* ls, int b, int split, int h0, int nh, int warp, int tid) {
-    // Epilogue: the 4 threads of a row quad hold disjoint keys of l; then the two groups' shares meet (in Q's
-    // buffer: every score wgmma has completed once both groups are past the barrier).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       l_own[r] += __shfl_xor_sync(0xffffffffu, l_own[r], 1);
@@ -366,9 +365,9 @@ __global__ void __launch_bounds__(kThreads, 1)
              detail::wgmma_desc_sw128(k_base, 16, 1024),
              detail::wgmma_desc_sw128(k_base + 4 * wg * kTileAtomBytes, kTileAtomBytes, 1024)};
   if (wg == 0) {
-    c.template run<0>();
+    c.run<0>();
   } else {
-    c.template run<1>();
+    c.run<1>();
   }
   c.finish(reinterpret_cast<float*>(qs), b, split, h0, nh, warp, tid);
 }
