@@ -80,9 +80,8 @@ constexpr MlaDecodeKernel kKernels[] = {MlaDecodeKernel::kMma16, MlaDecodeKernel
 
 // Every kernel, unsplit and split, at head counts that fill their head groups exactly (128, 64, 16), leave
 // them partly empty (96 = 2 x 48 or 6 x 16, 24 = 2 x 12, 7), over pages scattered in reverse order, of 64
-// rows and of 32 (a page per tile). The rows past each sequence's end inside its last page
-// hold NaN: a kernel that copies a whole box or tile must not let them into the sums (P = 0 there, but
-// 0 · NaN is NaN).
+// rows and of 32 (a page per tile). The rows past each sequence's end inside its last page hold NaN: a
+// kernel that copies a whole box or tile must not let them into the sums (P = 0 there, but 0 · NaN is NaN).
 TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
   KIMIRT_REQUIRE_GPU();
   for (const auto& [page, heads] :
