@@ -6,10 +6,12 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "cuda_bench.h"
+#include "kimirt/cuda/fp8_block_gemm.h"
 #include "kimirt/cuda/gemm_dispatch.h"
 #include "kimirt/cuda/gemm_lt.h"
 #include "kimirt/cuda/gemv.h"
@@ -51,7 +53,9 @@ void gemm_suite(Context& ctx) {
   fill_uniform(x.as<bf16>(), max_m * max_k, -1, 1, 1, ctx.stream);
   std::string sweep_report;
 
-  for (const Shape& s : kShapes) {
+  // --filter: the skinny sweeps (and so the dispatch table) only when it matches "skinny".
+  const bool skinny = ctx.wants("skinny");
+  for (const Shape& s : skinny ? std::span<const Shape>(kShapes) : std::span<const Shape>()) {
     const uint64_t wbytes = s.n * s.k * 2;
     const int copies = copies_for(wbytes);
     std::vector<DeviceBuffer> w;
@@ -120,7 +124,7 @@ void gemm_suite(Context& ctx) {
 
   // The per-head MLA absorption products of a decode step (96 heads, strided batches): q_nope·W_UK through
   // the transposed [heads, 512, 128] layout, and ō·W_UVᵀ from kv_b's value rows.
-  {
+  if (skinny) {
     const int64_t heads = 96;
     DeviceBuffer wuk(heads * 512 * 128 * 2), kvb(heads * 256 * 512 * 2), q(heads * 192 * 2 * 16),
         o(heads * 512 * 2 * 16), y(heads * 576 * 2 * 16);
@@ -149,7 +153,7 @@ void gemm_suite(Context& ctx) {
                heads * 128 * 512 * 2.0 + m * heads * (128 + 512) * 2.0, 2.0 * m * heads * 512 * 128, ""});
     }
   }
-  if (!ctx.gemm_table_path.empty()) {
+  if (skinny && !ctx.gemm_table_path.empty()) {
     std::ofstream(ctx.gemm_table_path) << "# measured on " << ctx.device.name << " by kimirt-bench --only gemm\n"
                                        << table.to_text();
     fmt::print("  wrote GEMM dispatch table to {}\n", ctx.gemm_table_path);
@@ -160,6 +164,10 @@ void gemm_suite(Context& ctx) {
     DeviceBuffer w(n * k * 2), out(max_m * n * 2);
     fill_uniform(w.as<bf16>(), n * k, -0.05f, 0.05f, 3, ctx.stream);
     for (int64_t m : {64, 256, 4096}) {
+      // At M = 4096 BF16 is the FP8 rows' baseline, so it runs whenever they do.
+      if (!ctx.wants(fmt::format("cuBLASLt bf16 {}x{} M={}", n, k, m)) &&
+          (m != 4096 || !ctx.wants(fmt::format("FP8 block {}x{} M={}", n, k, m))))
+        continue;
       const double t = time_us(ctx, [&] {
         lt.linear_bf16(ctx.stream, x.as<bf16>(), k, w.as<bf16>(), k, out.data(), OutType::kBF16, n, m, n, k);
       });
@@ -180,6 +188,16 @@ void gemm_suite(Context& ctx) {
                2.0 * m * n * k,
                fmt::format("{:.2f}x BF16, {:.2f} of FP8 peak", t / t8, 2.0 * m * n * k / t8 * 1e-6 / kFp8Tflops)};
       ctx.add(r);
+      for (int cluster : {1, 2}) {
+        const double tk = time_us(ctx, [&] {
+          fp8_block_gemm(ctx.stream, xq.as<uint8_t>(), xs.as<float>(), wq.as<uint8_t>(), wsc.as<float>(),
+                         out.as<bf16>(), n, m, n, k, ctx.device.sm_count, cluster);
+        });
+        ctx.add({"gemm", fmt::format("FP8 block (ours, cluster {}) {}x{} M={}", cluster, n, k, m), tk,
+                 n * k + m * k + m * n * 2.0, 2.0 * m * n * k,
+                 fmt::format("{:.2f}x BF16, {:.2f}x cuBLASLt FP8, {:.2f} of FP8 peak", t / tk, t8 / tk,
+                             2.0 * m * n * k / tk * 1e-6 / kFp8Tflops)});
+      }
       const double tq = time_us(ctx, [&] {
         quantize_fp8_act(ctx.stream, x.as<bf16>(), k, m, k, xq.as<uint8_t>(), xs.as<float>());
         lt.linear_fp8(ctx.stream, xq.as<uint8_t>(), xs.as<float>(), wq.as<uint8_t>(), wsc.as<float>(), out.as<bf16>(),

@@ -1,11 +1,12 @@
 // GEMMs: cuBLASLt BF16 (bf16 and fp32 out, batched), the skinny kernel, the dispatcher and the FP8
-// block-scale path, against fp64 dot products of the same bf16 / e4m3 inputs on sampled outputs.
+// block-scale paths (cuBLASLt and ours), against fp64 dot products of the same bf16 / e4m3 inputs on sampled outputs.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "kimirt/base/error.h"
+#include "kimirt/cuda/fp8_block_gemm.h"
 #include "kimirt/cuda/gemm_dispatch.h"
 #include "kimirt/cuda/gemm_lt.h"
 #include "kimirt/cuda/gemv.h"
@@ -29,14 +30,14 @@ struct Problem {
     dx = upload(test::to_bf16(x));
     dw = upload(test::to_bf16(w));
   }
-  // Reference on up to 512 sampled outputs (all of them for small problems).
-  double error(const std::vector<float>& y, int64_t ldy) const {
+  // Reference on up to `max_samples` sampled outputs (all of them for small problems).
+  double error(const std::vector<float>& y, int64_t ldy, int64_t max_samples = 512) const {
     std::vector<float> got, ref;
     std::mt19937 rng(11);
     const int64_t total = m * n;
-    const int64_t samples = std::min<int64_t>(total, 512);
+    const int64_t samples = std::min<int64_t>(total, max_samples);
     for (int64_t s = 0; s < samples; ++s) {
-      const int64_t idx = total <= 512 ? s : static_cast<int64_t>(rng() % total);
+      const int64_t idx = total <= max_samples ? s : static_cast<int64_t>(rng() % total);
       const int64_t i = idx / n, j = idx % n;
       double acc = 0.0;
       for (int64_t kk = 0; kk < k; ++kk) acc += static_cast<double>(x[i * k + kk]) * w[j * k + kk];
@@ -325,33 +326,23 @@ TEST(Gemm, BatchedAbsorptionLayout) {
   }
 }
 
-TEST(Gemm, Fp8BlockScaleAgainstDequantizedReference) {
-  KIMIRT_REQUIRE_GPU();
-  DeviceBuffer ws(64 << 20);
-  GemmLt lt(ws.data(), ws.size());
-  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{5, 576, 7168}, {64, 2048, 1536}, {4, 256, 128}}) {
-    Problem p(m, n, k, 21);
-    const int64_t mp = fp8_pad_m(m);
-    DeviceBuffer xq = test::poisoned(mp * k), xs = test::poisoned(fp8_x_scale_count(m, k) * 4);
-    DeviceBuffer wq = test::poisoned(n * k), wsc = test::poisoned(fp8_w_scale_count(n, k) * 4);
+// E4M3 operands quantized on the device from a bf16 Problem, and the Problem of their dequantized values
+// (the exact reference of an FP8 block GEMM up to fp32 summation and the bf16 store).
+struct Fp8Problem {
+  Problem p, deq;
+  int64_t mp;
+  DeviceBuffer xq, xs, wq, wsc;
+  std::vector<uint8_t> xq_h, wq_h;
+  std::vector<float> xs_h, ws_h;
+  Fp8Problem(int64_t m, int64_t n, int64_t k, uint32_t seed) : p(m, n, k, seed), deq(0, 0, 0, 0), mp(fp8_pad_m(m)) {
+    xq = test::poisoned(mp * k), xs = test::poisoned(fp8_x_scale_count(m, k) * 4);
+    wq = test::poisoned(n * k), wsc = test::poisoned(fp8_w_scale_count(n, k) * 4);
     quantize_fp8_act(nullptr, p.dx.as<__nv_bfloat16>(), k, m, k, xq.as<uint8_t>(), xs.as<float>());
     quantize_fp8_weight(nullptr, p.dw.as<__nv_bfloat16>(), n, k, wq.as<uint8_t>(), wsc.as<float>());
-    const auto xq_h = download<uint8_t>(xq.data(), mp * k);
-    const auto xs_h = download<float>(xs.data(), fp8_x_scale_count(m, k));
-    const auto wq_h = download<uint8_t>(wq.data(), n * k);
-    const auto ws_h = download<float>(wsc.data(), fp8_w_scale_count(n, k));
-    // The quantizers match a host quantizer exactly.
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t g = 0; g < k / 128; ++g) {
-        float amax = 0;
-        for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(p.x[i * k + g * 128 + j]));
-        const float s = amax > 0 ? amax / 448.0f : 1.0f;
-        ASSERT_EQ(xs_h[g * mp + i], s) << "act scale row " << i << " group " << g;
-        for (int j = 0; j < 128; ++j)
-          ASSERT_EQ(xq_h[i * k + g * 128 + j], f32_to_e4m3(p.x[i * k + g * 128 + j] / s, Overflow::kSaturate))
-              << "act code " << i << "," << g * 128 + j;
-      }
-    Problem deq(0, 0, 0, 0);
+    xq_h = download<uint8_t>(xq.data(), mp * k);
+    xs_h = download<float>(xs.data(), fp8_x_scale_count(m, k));
+    wq_h = download<uint8_t>(wq.data(), n * k);
+    ws_h = download<float>(wsc.data(), fp8_w_scale_count(n, k));
     deq.m = m, deq.n = n, deq.k = k;
     deq.x.resize(m * k);
     deq.w.resize(n * k);
@@ -360,15 +351,98 @@ TEST(Gemm, Fp8BlockScaleAgainstDequantizedReference) {
       for (int64_t j = 0; j < k; ++j) deq.x[i * k + j] = e4m3_to_f32(xq_h[i * k + j]) * xs_h[(j / 128) * mp + i];
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < k; ++j) deq.w[i * k + j] = e4m3_to_f32(wq_h[i * k + j]) * ws_h[(i / 128) * sc + j / 128];
+  }
+};
+
+TEST(Gemm, Fp8BlockScaleAgainstDequantizedReference) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceBuffer ws(64 << 20);
+  GemmLt lt(ws.data(), ws.size());
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{5, 576, 7168}, {64, 2048, 1536}, {4, 256, 128}}) {
+    const Fp8Problem f(m, n, k, 21);
+    const Problem& p = f.p;
+    const int64_t mp = f.mp;
+    // The quantizers match a host quantizer exactly.
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t g = 0; g < k / 128; ++g) {
+        float amax = 0;
+        for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(p.x[i * k + g * 128 + j]));
+        const float s = amax > 0 ? amax / 448.0f : 1.0f;
+        ASSERT_EQ(f.xs_h[g * mp + i], s) << "act scale row " << i << " group " << g;
+        for (int j = 0; j < 128; ++j)
+          ASSERT_EQ(f.xq_h[i * k + g * 128 + j], f32_to_e4m3(p.x[i * k + g * 128 + j] / s, Overflow::kSaturate))
+              << "act code " << i << "," << g * 128 + j;
+      }
     DeviceBuffer y = test::poisoned(m * n * 2);
     DeviceBuffer dscratch(fp8_d_scratch_bytes(m, n) + 16);
-    lt.linear_fp8(nullptr, xq.as<uint8_t>(), xs.as<float>(), wq.as<uint8_t>(), wsc.as<float>(), y.as<__nv_bfloat16>(),
-                  n, m, n, k, dscratch.data(), dscratch.size());
-    EXPECT_LE(deq.error(test::from_bf16(download<uint16_t>(y.data(), m * n)), n), 4e-3)
+    lt.linear_fp8(nullptr, f.xq.as<uint8_t>(), f.xs.as<float>(), f.wq.as<uint8_t>(), f.wsc.as<float>(),
+                  y.as<__nv_bfloat16>(), n, m, n, k, dscratch.data(), dscratch.size());
+    EXPECT_LE(f.deq.error(test::from_bf16(download<uint16_t>(y.data(), m * n)), n), 4e-3)
         << "FP8 block GEMM " << test::shape({m, n, k});
     // And the quantized product stays near the bf16 product: E4M3's 3 mantissa bits give ~5% rms per term.
     EXPECT_LE(p.error(test::from_bf16(download<uint16_t>(y.data(), m * n)), n), 0.1);
   }
+}
+
+// Our kernel (fp8_block_gemm.h) on the same operands, alone and in clusters of two (activation tiles
+// multicast): bf16 output over fp32 accumulation → ≤ 4e-3 against the dequantized product, on every output
+// for the small shapes (tile edges, N and M tails, the padding columns of ldy > n left alone) and on samples
+// for a K3 shape. max_blocks below the tile count makes each block loop over tiles, so the ring's stages
+// wrap across tiles.
+TEST(Gemm, Fp8BlockKernelAgainstDequantizedReference) {
+  KIMIRT_REQUIRE_GPU();
+  const DeviceInfo info = query_device(0);
+  struct Case {
+    int64_t m, n, k, ldy;
+    int max_blocks;
+  };
+  for (const Case c : {Case{5, 576, 7168, 576, 132}, Case{4, 256, 128, 264, 132}, Case{300, 1000, 1536, 1000, 3},
+                       Case{257, 384, 640, 392, 2}, Case{130, 136, 1152, 136, 1}, Case{200, 512, 384, 520, 4},
+                       Case{1024, 1536, 7168, 1536, info.sm_count}}) {
+    const Fp8Problem f(c.m, c.n, c.k, static_cast<uint32_t>(c.m + c.n));
+    for (int cluster : {1, 2}) {
+      if (cluster == 2 && (c.n + 127) / 128 % 2 != 0) continue;
+      const int max_blocks = std::max(c.max_blocks, cluster);
+      DeviceBuffer y = test::poisoned(c.m * c.ldy * 2);
+      const auto before = download<uint16_t>(y.data(), c.m * c.ldy);
+      fp8_block_gemm(nullptr, f.xq.as<uint8_t>(), f.xs.as<float>(), f.wq.as<uint8_t>(), f.wsc.as<float>(),
+                     y.as<__nv_bfloat16>(), c.ldy, c.m, c.n, c.k, max_blocks, cluster);
+      const auto got = download<uint16_t>(y.data(), c.m * c.ldy);
+      const int64_t samples = c.m * c.n * c.k <= 600'000'000 ? c.m * c.n : 2048;
+      const std::string what = test::shape({c.m, c.n, c.k}) + " ldy " + std::to_string(c.ldy) + " max_blocks " +
+                               std::to_string(max_blocks) + " cluster " + std::to_string(cluster);
+      EXPECT_LE(f.deq.error(test::from_bf16(got), c.ldy, samples), 4e-3) << "fp8_block_gemm " << what;
+      int64_t touched = 0;
+      for (int64_t i = 0; i < c.m; ++i)
+        for (int64_t j = c.n; j < c.ldy; ++j) touched += got[i * c.ldy + j] != before[i * c.ldy + j];
+      EXPECT_EQ(touched, 0) << "columns past n written, " << what;
+    }
+  }
+}
+
+TEST(Gemm, Fp8BlockKernelBadArgumentsAreErrors) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceBuffer buf(1 << 20);
+  auto* y = buf.as<__nv_bfloat16>();
+  const auto* q = buf.as<uint8_t>();
+  const auto* s = buf.as<float>();
+  const auto message = [&](int64_t m, int64_t n, int64_t k, int64_t ldy, const uint8_t* xq, int cluster = 1) {
+    try {
+      fp8_block_gemm(nullptr, xq, s, q, s, y, ldy, m, n, k, 132, cluster);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message(4, 64, 100, 64, q).find("k 100 must be a multiple of 128"), std::string::npos);
+  EXPECT_NE(message(4, 64, 128, 60, q).find("ldy 60 must be >= n"), std::string::npos);
+  EXPECT_NE(message(4, 64, 128, 68, q).find("ldy 68 must be >= n and a multiple of 8"), std::string::npos);
+  EXPECT_NE(message(4, 64, 128, 64, q + 1).find("16-byte aligned"), std::string::npos);
+  EXPECT_NE(
+      message(4, 384, 128, 384, q, 2).find("cluster 2 must be 1, or 2 with an even number of 128-column blocks (3)"),
+      std::string::npos);
+  EXPECT_NE(message(4, 256, 128, 256, q, 3).find("cluster 3 must be 1"), std::string::npos);
+  EXPECT_EQ(message(0, 64, 128, 64, q), "accepted");  // nothing to do
 }
 
 TEST(Gemm, BadArgumentsAreErrors) {

@@ -104,6 +104,15 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The dynamic shared memory from its first 1024-byte boundary (what the 128-byte swizzle of the tensor copies and the
+// wgmma descriptors assume); kernels ask for 1 KB more than they use. The offset is added to the shared array itself:
+// through an integer (the generic address rounded up) the compiler lost the pointer's address space, and every shared-
+// memory access of the MLA decode kernel kSeesaw became a generic LD/ST (longer latency than LDS/STS; its publication
+// reads were among the top stalls).
+__device__ __forceinline__ uint8_t* smem_aligned_1024(uint8_t* smem_raw) {
+  return smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+}
+
 // 16-byte asynchronous global -> shared copy; src_bytes = 0 fills the 16 bytes with zeros (rows past the
 // end of a tile) without reading global memory. The memory clobbers keep the compiler from moving plain
 // shared-memory reads of the same bytes across the copy or the wait.

@@ -24,7 +24,6 @@
 // of one) was measured no faster. kSeesaw splits the two warpgroups over alternate tiles (each with the
 // whole S, no exchange), so that one's softmax hides the other's wgmmas: 1.2-2.0x faster at 96 heads.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <mutex>
@@ -38,6 +37,7 @@
 #include "kimirt/cuda/mla_decode_common.cuh"
 #include "kimirt/cuda/mla_decode_mma16.cuh"
 #include "kimirt/cuda/mla_decode_seesaw.cuh"
+#include "kimirt/cuda/tensor_map.h"
 #include "kimirt/cuda/wgmma.cuh"
 
 namespace kimirt::cuda {
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       MlaKernelParams prm) {
   const MlaDecodeArgs& a = prm.a;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = mla_kernels::smem_aligned_1024(smem_raw);
+  uint8_t* smem = detail::smem_aligned_1024(smem_raw);
   uint8_t* qs = smem;
   uint8_t* ks = qs + kQBytes;                                           // two stages
   float* xs = reinterpret_cast<float*>(ks + 2 * kTileBytes);            // [2][kSFrag][128]
@@ -360,37 +360,13 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    cudaDriverEntryPointQueryResult q{};
-    void* fn = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-        q == cudaDriverEntryPointSuccess) {
-      encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    }
-    (void)cudaGetLastError();
-  });
-  KIMIRT_CUDA_REQUIRE(encode, "mla_decode: the driver offers no cuTensorMapEncodeTiled (a Hopper driver is needed)");
-  return encode;
-}
-
 // A bf16 tensor map of rank R with 128-byte swizzle (dims innermost first, strides in bytes); `what` ends the
 // error message.
 template <int R>
 CUtensorMap bf16_tensor_map(const bf16* base, const cuuint64_t (&dims)[R], const cuuint64_t (&strides)[R - 1],
                             const cuuint32_t (&box)[R], const std::string& what) {
-  const auto encode = tensor_map_encoder();
-  CUtensorMap map;
-  cuuint32_t elem_strides[R];
-  for (int i = 0; i < R; ++i) elem_strides[i] = 1;
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, R, const_cast<bf16*>(base), dims, strides, box,
-                            elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  KIMIRT_CUDA_REQUIRE(r == CUDA_SUCCESS, "mla_decode: cuTensorMapEncodeTiled failed (error ", static_cast<int>(r),
-                      ") for ", what);
-  return map;
+  return make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, R, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                         cat("mla_decode: ", what));
 }
 
 CUtensorMap cache_tensor_map(const bf16* cache, int64_t rows) {

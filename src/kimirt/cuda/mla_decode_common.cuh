@@ -1,8 +1,8 @@
 // What the three MLA decode kernels (kMma16 in mla_decode_mma16.cuh, kWgmma64 in mla_decode.cu, kSeesaw in
-// mla_decode_seesaw.cuh) share: their parameters (MlaKernelParams), the block's start (smem_aligned_1024,
-// chunk_end, finish_if_empty with write_empty_chunk), the swizzled tile layout (swizzled, zero_tile_rows for
-// a chunk's partial last tile), the block-table lookup of the wgmma kernels (box_rows) and their epilogue
-// (stage_wgmma_rows, write_staged_rows). Included by those files only.
+// mla_decode_seesaw.cuh) share: their parameters (MlaKernelParams), the block's start (smem_aligned_1024 from
+// device_utils.cuh, chunk_end, finish_if_empty with write_empty_chunk), the swizzled tile layout (swizzled,
+// zero_tile_rows for a chunk's partial last tile), the block-table lookup of the wgmma kernels (box_rows) and their
+// epilogue (stage_wgmma_rows, write_staged_rows). Included by those files only.
 #pragma once
 
 #include <cuda.h>
@@ -63,14 +63,7 @@ __device__ __forceinline__ void write_empty_chunk(const MlaKernelParams& p, int 
   }
 }
 
-// The dynamic shared memory from its first 1024-byte boundary (what the 128-byte swizzle of the tensor
-// copies and the wgmma descriptors assume); kernels ask for 1 KB more than they use.
-// The offset is added to the shared array itself: through an integer (the generic address rounded up) the
-// compiler lost the pointer's address space, and every shared-memory access of kSeesaw became a generic
-// LD/ST (longer latency than LDS/STS; its publication reads were among the top stalls).
-__device__ __forceinline__ uint8_t* smem_aligned_1024(uint8_t* smem_raw) {
-  return smem_raw + ((1024u - (detail::smem_addr(smem_raw) & 1023u)) & 1023u);
-}
+using detail::smem_aligned_1024;
 
 // The end of a block's context chunk: the last chunk takes the rest of the sequence.
 __device__ __forceinline__ int chunk_end(const MlaKernelParams& p, int b, int split) {
