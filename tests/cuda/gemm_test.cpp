@@ -400,17 +400,18 @@ TEST(Gemm, Fp8BlockKernelAgainstDequantizedReference) {
                        Case{257, 384, 640, 392, 2}, Case{130, 136, 1152, 136, 1}, Case{200, 512, 384, 520, 4},
                        Case{1024, 1536, 7168, 1536, info.sm_count}}) {
     const Fp8Problem f(c.m, c.n, c.k, static_cast<uint32_t>(c.m + c.n));
-    for (int cluster : {1, 2}) {
+    for (auto [cluster, in_flight] : {std::pair{1, 1}, {1, 2}, {2, 1}, {2, 2}}) {
       if (cluster == 2 && (c.n + 127) / 128 % 2 != 0) continue;
       const int max_blocks = std::max(c.max_blocks, cluster);
       DeviceBuffer y = test::poisoned(c.m * c.ldy * 2);
       const auto before = download<uint16_t>(y.data(), c.m * c.ldy);
       fp8_block_gemm(nullptr, f.xq.as<uint8_t>(), f.xs.as<float>(), f.wq.as<uint8_t>(), f.wsc.as<float>(),
-                     y.as<__nv_bfloat16>(), c.ldy, c.m, c.n, c.k, max_blocks, cluster);
+                     y.as<__nv_bfloat16>(), c.ldy, c.m, c.n, c.k, max_blocks, {cluster, in_flight});
       const auto got = download<uint16_t>(y.data(), c.m * c.ldy);
       const int64_t samples = c.m * c.n * c.k <= 600'000'000 ? c.m * c.n : 2048;
       const std::string what = test::shape({c.m, c.n, c.k}) + " ldy " + std::to_string(c.ldy) + " max_blocks " +
-                               std::to_string(max_blocks) + " cluster " + std::to_string(cluster);
+                               std::to_string(max_blocks) + " cluster " + std::to_string(cluster) + " in flight " +
+                               std::to_string(in_flight);
       EXPECT_LE(f.deq.error(test::from_bf16(got), c.ldy, samples), 4e-3) << "fp8_block_gemm " << what;
       int64_t touched = 0;
       for (int64_t i = 0; i < c.m; ++i)
@@ -428,7 +429,7 @@ TEST(Gemm, Fp8BlockKernelBadArgumentsAreErrors) {
   const auto* s = buf.as<float>();
   const auto message = [&](int64_t m, int64_t n, int64_t k, int64_t ldy, const uint8_t* xq, int cluster = 1) {
     try {
-      fp8_block_gemm(nullptr, xq, s, q, s, y, ldy, m, n, k, 132, cluster);
+      fp8_block_gemm(nullptr, xq, s, q, s, y, ldy, m, n, k, 132, {cluster, 0});
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -442,6 +443,12 @@ TEST(Gemm, Fp8BlockKernelBadArgumentsAreErrors) {
       message(4, 384, 128, 384, q, 2).find("cluster 2 must be 1, or 2 with an even number of 128-column blocks (3)"),
       std::string::npos);
   EXPECT_NE(message(4, 256, 128, 256, q, 3).find("cluster 3 must be 1"), std::string::npos);
+  try {
+    fp8_block_gemm(nullptr, q, s, q, s, y, 64, 4, 64, 128, 132, {1, 3});
+    ADD_FAILURE() << "in_flight 3 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("in_flight 3 must be 1 or 2"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(message(0, 64, 128, 64, q), "accepted");  // nothing to do
 }
 

@@ -134,10 +134,12 @@ __device__ __forceinline__ void st_async_cluster(uint32_t remote_addr, uint32_t 
                "r"(value), "r"(remote_bar)
                : "memory");
 }
-// One arrival on another block's mbarrier (remote_bar from cluster_map), releasing this thread's earlier
-// shared-memory reads at cluster scope.
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote_bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
+// One arrival on another block's mbarrier (remote_bar from cluster_map), with the default release at CTA
+// scope: enough for a consumer that announces it has finished reading its own shared memory (what the peer
+// then overwrites by multicast). Release at cluster scope made every arrival a cluster-wide fence (the FP8
+// GEMM ran at half speed).
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t remote_bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote_bar) : "memory");
 }
 __device__ __forceinline__ uint32_t cluster_ctarank() {
   uint32_t r;

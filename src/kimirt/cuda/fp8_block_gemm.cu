@@ -76,11 +76,63 @@ __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
+// A K block whose wgmmas are in flight: its stage, and its two rows' combined scales.
+struct Pending {
+  uint32_t stage;
+  float s0, s1;
+};
+
+// A consumer warpgroup's side of the stage ring: waits for a stage, issues its wgmmas into a partial,
+// then (once they completed) releases the stage and promotes the partial into the accumulator.
+template <int kCluster>
+struct Ring {
+  uint32_t base;
+  const float* xs;  // this thread's row r of the stage-0 activation scales (row r + 8 follows at +8)
+  const float* ws;
+  uint32_t a_wg;  // this warpgroup's 64 rows of the stage-0 activation tile
+  int lane;
+  uint32_t rank;
+  uint32_t s = 0, phase = 0;
+
+  __device__ __forceinline__ Pending issue(float (&p)[64], int kb) {
+    using namespace fp8g;
+    detail::mbar_wait(base + kSmemBars + 8 * s, phase);
+    const uint64_t da = detail::wgmma_desc_sw128(a_wg + s * kOperandBytes, 0, 1024);
+    const uint64_t db = detail::wgmma_desc_sw128(base + kSmemB + s * kOperandBytes, 0, 1024);
+    detail::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) detail::wgmma_m64n128k32_e4m3_ss(p, da + 2 * kk, db + 2 * kk, kk > 0);
+    detail::wgmma_commit();
+    const float sb = ws[s * (kWScaleSlot / 4) + (kb & 3)];
+    const Pending pd{s, xs[s * kBM] * sb, xs[s * kBM + 8] * sb};
+    if (++s == kStages) s = 0, phase ^= 1;
+    return pd;
+  }
+
+  // After the wgmma wait that covers p's group.
+  __device__ __forceinline__ void retire(float (&acc)[64], float (&p)[64], const Pending& pd) {
+    using namespace fp8g;
+    detail::fence_regs(p);
+    const uint32_t empty = base + kSmemBars + 8 * kStages + 8 * pd.stage;
+    if (lane == 0) detail::mbar_arrive(empty);  // the stage (its scales included) is read
+    if constexpr (kCluster > 1) {
+      if (lane == 1) detail::mbar_arrive_remote(detail::cluster_map(empty, rank ^ 1));
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      acc[4 * j] = fmaf(p[4 * j], pd.s0, acc[4 * j]);
+      acc[4 * j + 1] = fmaf(p[4 * j + 1], pd.s0, acc[4 * j + 1]);
+      acc[4 * j + 2] = fmaf(p[4 * j + 2], pd.s1, acc[4 * j + 2]);
+      acc[4 * j + 3] = fmaf(p[4 * j + 3], pd.s1, acc[4 * j + 3]);
+    }
+  }
+};
+
 // kCluster = 2: the blocks of a cluster take the two column blocks of a unit (same row block), and each
 // copies half of the shared activation tile into both (TMA multicast), so L2 serves 3/4 of the bytes. A
 // stage is then refilled only when the consumers of both blocks have released it: every consumer warp
 // arrives on the empty barrier of each block.
-template <int kCluster>
+template <int kCluster, int kInFlight>
 __global__ void __launch_bounds__(fp8g::kThreads, 1)
     fp8_block_gemm_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
                           const __grid_constant__ CUtensorMap xs_map, const __grid_constant__ CUtensorMap ws_map,
@@ -88,7 +140,8 @@ __global__ void __launch_bounds__(fp8g::kThreads, 1)
   using namespace fp8g;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = detail::smem_aligned_1024(smem_raw);
-  const uint32_t base = detail::smem_addr(smem);
+  uint32_t base = detail::smem_addr(smem);
+  asm volatile("" : "+r"(base));  // kept, not rederived in the loops (from the cluster CTA id, a slow read)
   const uint32_t full0 = base + kSmemBars, empty0 = full0 + 8 * kStages;
   const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
   const uint32_t rank = kCluster > 1 ? detail::cluster_ctarank() : 0;
@@ -144,49 +197,20 @@ __global__ void __launch_bounds__(fp8g::kThreads, 1)
     // The m64n128 accumulator layout: this thread holds rows r and r + 8 of its warpgroup's 64 (values 4j,
     // 4j+1 and 4j+2, 4j+3), columns 8j + 2·(lane % 4) + {0, 1}.
     const int r = warp * 16 + lane / 4;
-    const float* xs_smem = reinterpret_cast<const float*>(smem + kSmemScale) + wg * 64 + r;
-    const float* ws_smem = reinterpret_cast<const float*>(smem + kSmemWScale);
-    const uint32_t a_wg = base + kSmemA + wg * 64 * kBK;
     const uint32_t out = base + kSmemOut + wg * 2 * kOutBoxBytes;
-    int s = 0;
-    uint32_t phase = 0;
-    float acc[64], part[64];
-    for (int unit = first_unit; unit < units; unit += unit_stride) {
+    Ring<kCluster> ring{base,
+                        reinterpret_cast<const float*>(smem + kSmemScale) + wg * 64 + r,
+                        reinterpret_cast<const float*>(smem + kSmemWScale),
+                        base + kSmemA + wg * 64 * kBK,
+                        lane,
+                        rank};
+    float acc[64], p0[64], p1[64];
+    // The finished tile of `unit` to y: into this warpgroup's two output boxes, then two tensor stores.
+    const auto store = [&](int unit) {
       int mb, nu;
       unit_coords(unit, num_m, num_units_n, mb, nu);
       const int nb = nu * kCluster + static_cast<int>(rank);
-#pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-      for (int kb = 0; kb < k_blocks; ++kb) {
-        const uint32_t empty = empty0 + 8 * s;
-        detail::mbar_wait(full0 + 8 * s, phase);
-        const float sb = ws_smem[s * (kWScaleSlot / 4) + (kb & 3)];
-        const float s0 = xs_smem[s * kBM] * sb, s1 = xs_smem[s * kBM + 8] * sb;
-        const uint64_t da = detail::wgmma_desc_sw128(a_wg + s * kOperandBytes, 0, 1024);
-        const uint64_t db = detail::wgmma_desc_sw128(base + kSmemB + s * kOperandBytes, 0, 1024);
-        detail::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) detail::wgmma_m64n128k32_e4m3_ss(part, da + 2 * kk, db + 2 * kk, kk > 0);
-        detail::wgmma_commit();
-        detail::wgmma_wait<0>();
-        detail::fence_regs(part);
-        // The stage (its scales included) is read.
-        if (lane == 0) detail::mbar_arrive(empty);
-        if constexpr (kCluster > 1) {
-          if (lane == 1) detail::mbar_arrive_cluster(detail::cluster_map(empty, rank ^ 1));
-        }
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          acc[4 * j] = fmaf(part[4 * j], s0, acc[4 * j]);
-          acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-          acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-          acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
-        }
-        if (++s == kStages) s = 0, phase ^= 1;
-      }
-
-      // Epilogue: the previous tile's stores must have read the boxes before they are overwritten.
-      if (t == 0) detail::bulk_wait_group_read<0>();
+      if (t == 0) detail::bulk_wait_group_read<0>();  // the previous tile's stores have read the boxes
       detail::named_barrier_sync(1 + wg, 128);
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
@@ -194,6 +218,7 @@ __global__ void __launch_bounds__(fp8g::kThreads, 1)
         const uint32_t at = out + (j / 8) * kOutBoxBytes + (((j % 8) ^ (r % 8)) * 16) + (lane % 4) * 4;
         st_shared_b32(at + r * 128, detail::pack_bf16x2(acc[4 * j], acc[4 * j + 1]));
         st_shared_b32(at + (r + 8) * 128, detail::pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
+        acc[4 * j] = acc[4 * j + 1] = acc[4 * j + 2] = acc[4 * j + 3] = 0.0f;
       }
       detail::fence_proxy_async();
       detail::named_barrier_sync(1 + wg, 128);
@@ -202,6 +227,42 @@ __global__ void __launch_bounds__(fp8g::kThreads, 1)
         detail::tma_store_2d(&y_map, out + kOutBoxBytes, nb * kBN + 64, mb * kBM + wg * 64);
         detail::bulk_commit_group();
       }
+    };
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    for (int unit = first_unit; unit < units; unit += unit_stride) {
+      if constexpr (kInFlight == 1) {
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          const Pending a = ring.issue(p0, kb);
+          detail::wgmma_wait<0>();
+          ring.retire(acc, p0, a);
+        }
+      } else {
+        // Two K blocks in flight: block kb + 1's wgmmas are issued before block kb is promoted, so the tensor
+        // cores have this warpgroup's next work queued while it scales and adds. (Carrying this across tiles,
+        // so that the next tile's first block also covers the store, made ptxas serialize every wgmma: it
+        // reports the store's reads of the accumulator inside a wgmma stage.)
+        Pending a = ring.issue(p0, 0), b;
+        for (int kb = 0;; kb += 2) {
+          if (kb + 1 == k_blocks) {
+            detail::wgmma_wait<0>();
+            ring.retire(acc, p0, a);
+            break;
+          }
+          b = ring.issue(p1, kb + 1);
+          detail::wgmma_wait<1>();
+          ring.retire(acc, p0, a);
+          if (kb + 2 == k_blocks) {
+            detail::wgmma_wait<0>();
+            ring.retire(acc, p1, b);
+            break;
+          }
+          a = ring.issue(p0, kb + 2);
+          detail::wgmma_wait<1>();
+          ring.retire(acc, p1, b);
+        }
+      }
+      store(unit);
     }
     if (t == 0) detail::bulk_wait_group<0>();  // the boxes stay valid until the last stores have read them
   }
@@ -240,14 +301,22 @@ int max_active_clusters(const void* kernel, int cluster) {
 
 }  // namespace
 
-int fp8_block_gemm_cluster(int64_t m, int64_t n) {
-  const int64_t num_n = (n + fp8g::kBN - 1) / fp8g::kBN;
-  return num_n % 2 == 0 && m >= 1024 ? 2 : 1;
+// Pairs share the activation tile's L2 reads, but every stage then waits for the slower block of the
+// pair; on the H200 that cost more than it saved at every K3 shape measured (docs/PERF.md, 2026-11-30).
+int fp8_block_gemm_cluster(int64_t /*m*/, int64_t /*n*/) { return 1; }
+
+int fp8_block_gemm_blocks(int64_t m, int64_t n, int max_blocks, int cluster) {
+  using namespace fp8g;
+  const int64_t units = (m + kBM - 1) / kBM * ((n + kBN - 1) / kBN / cluster);
+  if (cluster == 1) return static_cast<int>(std::min<int64_t>(units, max_blocks));
+  const auto kernel = reinterpret_cast<const void*>(fp8_block_gemm_kernel<2, 2>);
+  ensure_dynamic_smem(kernel, kSmemBytes);
+  return 2 * static_cast<int>(std::min<int64_t>({units, max_blocks / 2, max_active_clusters(kernel, 2)}));
 }
 
 void fp8_block_gemm(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq,
                     const float* w_scales, __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k,
-                    int max_blocks, int cluster) {
+                    int max_blocks, Fp8BlockGemmConfig config) {
   using namespace fp8g;
   const auto what = [&] { return cat(" in the FP8 block GEMM m=", m, " n=", n, " k=", k, " ldy=", ldy); };
   KIMIRT_CUDA_REQUIRE(m >= 0 && n > 0 && k > 0, "fp8_block_gemm: bad shape", what());
@@ -264,7 +333,10 @@ void fp8_block_gemm(cudaStream_t stream, const uint8_t* xq, const float* x_scale
   const int num_m = static_cast<int>((m + kBM - 1) / kBM), num_n = static_cast<int>((n + kBN - 1) / kBN);
   KIMIRT_CUDA_REQUIRE(static_cast<int64_t>(num_m) * num_n < (int64_t{1} << 31), "fp8_block_gemm: too many tiles",
                       what());
-  if (cluster == 0) cluster = fp8_block_gemm_cluster(m, n);
+  const int cluster = config.cluster == 0 ? fp8_block_gemm_cluster(m, n) : config.cluster;
+  const int in_flight = config.in_flight == 0 ? 2 : config.in_flight;
+  KIMIRT_CUDA_REQUIRE(in_flight == 1 || in_flight == 2, "fp8_block_gemm: in_flight ", config.in_flight,
+                      " must be 1 or 2", what());
   KIMIRT_CUDA_REQUIRE(cluster == 1 || (cluster == 2 && num_n % 2 == 0), "fp8_block_gemm: cluster ", cluster,
                       " must be 1, or 2 with an even number of 128-column blocks (", num_n, ")", what());
   KIMIRT_CUDA_REQUIRE(max_blocks >= cluster, "fp8_block_gemm: max_blocks ", max_blocks,
@@ -289,33 +361,25 @@ void fp8_block_gemm(cudaStream_t stream, const uint8_t* xq, const float* x_scale
                                              CU_TENSOR_MAP_SWIZZLE_NONE, cat("w_scales", what()));
   const CUtensorMap y_map = make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, y, y_dims, y_strides, y_box,
                                             CU_TENSOR_MAP_SWIZZLE_128B, cat("y", what()));
-  const int64_t units = static_cast<int64_t>(num_m) * (num_n / cluster);
   const int k_blocks = static_cast<int>(k / 128);
-  if (cluster == 1) {
-    const auto kernel = fp8_block_gemm_kernel<1>;
-    ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
-    const int grid = static_cast<int>(std::min<int64_t>(units, max_blocks));
-    kernel<<<grid, kThreads, kSmemBytes, stream>>>(x_map, w_map, xs_map, ws_map, y_map, num_m, num_n, k_blocks);
-    KIMIRT_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  const auto kernel = fp8_block_gemm_kernel<2>;
+  const bool two = in_flight == 2;
+  const int grid = fp8_block_gemm_blocks(m, n, max_blocks, cluster);
+  KIMIRT_CUDA_REQUIRE(grid > 0, "fp8_block_gemm: no cluster of ", cluster, " blocks fits on the device", what());
+  const auto kernel = cluster == 1 ? (two ? fp8_block_gemm_kernel<1, 2> : fp8_block_gemm_kernel<1, 1>)
+                                   : (two ? fp8_block_gemm_kernel<2, 2> : fp8_block_gemm_kernel<2, 1>);
   ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
-  const int clusters = static_cast<int>(
-      std::min<int64_t>({units, max_blocks / 2, max_active_clusters(reinterpret_cast<const void*>(kernel), 2)}));
-  KIMIRT_CUDA_REQUIRE(clusters > 0, "fp8_block_gemm: no cluster of 2 blocks fits on the device", what());
   cudaLaunchConfig_t cfg{};
   cudaLaunchAttribute attr[1]{};
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(static_cast<unsigned>(2 * clusters));
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = kSmemBytes;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = cluster > 1 ? 1 : 0;
   KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, x_map, w_map, xs_map, ws_map, y_map, num_m, num_n, k_blocks));
 }
 
