@@ -1,7 +1,8 @@
 // Hopper building blocks for kernels that stream tiles through shared memory: mbarriers (the full/empty
-// signalling of a producer/consumer ring), bulk tensor copies (TMA) that complete on an mbarrier, named
-// barriers for a subset of the block's warps, ldmatrix on raw shared addresses, and programmatic dependent
-// launch (griddepcontrol). Included by .cu files only; every address is a 32-bit shared-window address.
+// signalling of a producer/consumer ring, also across the blocks of a cluster), bulk tensor copies (TMA)
+// that complete on an mbarrier (multicast to a cluster too) and tensor stores, named barriers for a subset
+// of the block's warps, ldmatrix on raw shared addresses, and programmatic dependent launch
+// (griddepcontrol). Included by .cu files only; every address is a 32-bit shared-window address.
 #pragma once
 
 #include <cuda.h>

@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) helpers for kernels that keep operands in shared memory with the
-// 128-byte swizzle: descriptors, fences, and the two shapes the MLA decode kernel issues. Included by .cu
-// files only.
+// 128-byte swizzle: descriptors, fences, and the shapes in use (BF16 ones of the MLA decode kernels, the
+// E4M3 one of the FP8 block GEMM). Included by .cu files only.
 //
 // Shared-memory layout these descriptors assume (both operands, "atoms"): a [rows x 64] bf16 block whose
 // row r (128 bytes) sits at atom + 128·r with its 16-byte chunk c stored at chunk c ^ (r % 8); every atom
