@@ -3,6 +3,7 @@
 // block-scale GEMM against BF16 at M = 4096.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -188,17 +189,19 @@ void gemm_suite(Context& ctx) {
                2.0 * m * n * k,
                fmt::format("{:.2f}x BF16, {:.2f} of FP8 peak", t / t8, 2.0 * m * n * k / t8 * 1e-6 / kFp8Tflops)};
       ctx.add(r);
-      for (auto [cluster, in_flight] : {std::pair{1, 1}, {1, 2}, {2, 1}, {2, 2}}) {
+      for (const Fp8BlockGemmConfig cfg :
+           {Fp8BlockGemmConfig{1, 1}, Fp8BlockGemmConfig{1, 2}, Fp8BlockGemmConfig{2, 1}, Fp8BlockGemmConfig{2, 2}}) {
         const double tk = time_us(ctx, [&] {
           fp8_block_gemm(ctx.stream, xq.as<uint8_t>(), xs.as<float>(), wq.as<uint8_t>(), wsc.as<float>(),
-                         out.as<bf16>(), n, m, n, k, ctx.device.sm_count, {cluster, in_flight});
+                         out.as<bf16>(), n, m, n, k, ctx.device.sm_count, cfg);
         });
-        ctx.add({"gemm",
-                 fmt::format("FP8 block (ours, cluster {}, {} in flight) {}x{} M={}", cluster, in_flight, n, k, m), tk,
-                 n * k + m * k + m * n * 2.0, 2.0 * m * n * k,
-                 fmt::format("{:.2f}x BF16, {:.2f}x cuBLASLt FP8, {:.2f} of FP8 peak, {} blocks", t / tk, t8 / tk,
-                             2.0 * m * n * k / tk * 1e-6 / kFp8Tflops,
-                             fp8_block_gemm_blocks(m, n, ctx.device.sm_count, cluster))});
+        const int blocks = fp8_block_gemm_blocks(m, n, ctx.device.sm_count, cfg);
+        ctx.add(
+            {"gemm",
+             fmt::format("FP8 block (ours, cluster {}, {} in flight) {}x{} M={}", cfg.cluster, cfg.in_flight, n, k, m),
+             tk, n * k + m * k + m * n * 2.0, 2.0 * m * n * k,
+             fmt::format("{:.2f}x BF16, {:.2f}x cuBLASLt FP8, {:.2f} of FP8 peak, {} blocks", t / tk, t8 / tk,
+                         2.0 * m * n * k / tk * 1e-6 / kFp8Tflops, blocks)});
       }
       const double tq = time_us(ctx, [&] {
         quantize_fp8_act(ctx.stream, x.as<bf16>(), k, m, k, xq.as<uint8_t>(), xs.as<float>());

@@ -30,8 +30,9 @@ struct Problem {
     dx = upload(test::to_bf16(x));
     dw = upload(test::to_bf16(w));
   }
-  // Reference on up to `max_samples` sampled outputs (all of them for small problems).
-  double error(const std::vector<float>& y, int64_t ldy, int64_t max_samples = 512) const {
+  // (got, reference) on up to `max_samples` sampled outputs (all of them for small problems).
+  std::pair<std::vector<float>, std::vector<float>> sampled(const std::vector<float>& y, int64_t ldy,
+                                                            int64_t max_samples) const {
     std::vector<float> got, ref;
     std::mt19937 rng(11);
     const int64_t total = m * n;
@@ -44,7 +45,24 @@ struct Problem {
       got.push_back(y[i * ldy + j]);
       ref.push_back(static_cast<float>(acc));
     }
+    return {got, ref};
+  }
+  double error(const std::vector<float>& y, int64_t ldy, int64_t max_samples = 512) const {
+    const auto [got, ref] = sampled(y, ldy, max_samples);
     return test::rel_err(got, ref);
+  }
+  // Outputs off by more than one bf16 rounding step (2^-8 relative) plus 1e-3 of the outputs' rms (the fp32
+  // summation of near-cancelling sums): a misplaced or missing output counts however few there are.
+  int64_t bad_outputs(const std::vector<float>& y, int64_t ldy, int64_t max_samples) const {
+    const auto [got, ref] = sampled(y, ldy, max_samples);
+    double ss = 0.0;
+    for (float r : ref) ss += static_cast<double>(r) * r;
+    const double floor = 1e-3 * std::sqrt(ss / std::max<size_t>(ref.size(), 1));
+    int64_t bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      bad += !(std::fabs(static_cast<double>(got[i]) - ref[i]) <= std::ldexp(std::fabs(ref[i]), -8) + floor);
+    }
+    return bad;
   }
 };
 
@@ -385,10 +403,12 @@ TEST(Gemm, Fp8BlockScaleAgainstDequantizedReference) {
 }
 
 // Our kernel (fp8_block_gemm.h) on the same operands, alone and in clusters of two (activation tiles
-// multicast): bf16 output over fp32 accumulation → ≤ 4e-3 against the dequantized product, on every output
-// for the small shapes (tile edges, N and M tails, the padding columns of ldy > n left alone) and on samples
-// for a K3 shape. max_blocks below the tile count makes each block loop over tiles, so the ring's stages
-// wrap across tiles.
+// multicast), one or two K blocks in flight: bf16 output over fp32 accumulation → ≤ 4e-3 against the
+// dequantized product in norm, and every checked output within one bf16 step (bad_outputs); on every
+// output for the small shapes (tile edges, N and M tails, more than one group of 8 row blocks) and on samples for a K3
+// shape. Nothing is written outside y[m, n]: the padding columns of ldy > n and the rows from m on (up to m_pad and one
+// more) keep their poison. max_blocks below the tile count makes each block loop over tiles, so the ring's stages wrap
+// across tiles.
 TEST(Gemm, Fp8BlockKernelAgainstDequantizedReference) {
   KIMIRT_REQUIRE_GPU();
   const DeviceInfo info = query_device(0);
@@ -396,27 +416,33 @@ TEST(Gemm, Fp8BlockKernelAgainstDequantizedReference) {
     int64_t m, n, k, ldy;
     int max_blocks;
   };
-  for (const Case c : {Case{5, 576, 7168, 576, 132}, Case{4, 256, 128, 264, 132}, Case{300, 1000, 1536, 1000, 3},
-                       Case{257, 384, 640, 392, 2}, Case{130, 136, 1152, 136, 1}, Case{200, 512, 384, 520, 4},
-                       Case{1024, 1536, 7168, 1536, info.sm_count}}) {
+  for (const Case c :
+       {Case{5, 576, 7168, 576, 132}, Case{4, 256, 128, 264, 132}, Case{300, 1000, 1536, 1000, 3},
+        Case{257, 384, 640, 392, 2}, Case{130, 136, 1152, 136, 1}, Case{200, 512, 384, 520, 4},
+        Case{70, 104, 256, 112, 132}, Case{1300, 256, 256, 256, 5}, Case{1024, 1536, 7168, 1536, info.sm_count}}) {
     const Fp8Problem f(c.m, c.n, c.k, static_cast<uint32_t>(c.m + c.n));
-    for (auto [cluster, in_flight] : {std::pair{1, 1}, {1, 2}, {2, 1}, {2, 2}}) {
+    const int64_t rows = fp8_pad_m(c.m) + 1;  // y's buffer: m rows, then rows that must stay untouched
+    for (const Fp8BlockGemmConfig cfg :
+         {Fp8BlockGemmConfig{1, 1}, Fp8BlockGemmConfig{1, 2}, Fp8BlockGemmConfig{2, 1}, Fp8BlockGemmConfig{2, 2}}) {
+      const int cluster = cfg.cluster;
       if (cluster == 2 && (c.n + 127) / 128 % 2 != 0) continue;
       const int max_blocks = std::max(c.max_blocks, cluster);
-      DeviceBuffer y = test::poisoned(c.m * c.ldy * 2);
-      const auto before = download<uint16_t>(y.data(), c.m * c.ldy);
+      DeviceBuffer y = test::poisoned(rows * c.ldy * 2);
+      const auto before = download<uint16_t>(y.data(), rows * c.ldy);
       fp8_block_gemm(nullptr, f.xq.as<uint8_t>(), f.xs.as<float>(), f.wq.as<uint8_t>(), f.wsc.as<float>(),
-                     y.as<__nv_bfloat16>(), c.ldy, c.m, c.n, c.k, max_blocks, {cluster, in_flight});
-      const auto got = download<uint16_t>(y.data(), c.m * c.ldy);
+                     y.as<__nv_bfloat16>(), c.ldy, c.m, c.n, c.k, max_blocks, cfg);
+      const auto got = download<uint16_t>(y.data(), rows * c.ldy);
       const int64_t samples = c.m * c.n * c.k <= 600'000'000 ? c.m * c.n : 2048;
       const std::string what = test::shape({c.m, c.n, c.k}) + " ldy " + std::to_string(c.ldy) + " max_blocks " +
                                std::to_string(max_blocks) + " cluster " + std::to_string(cluster) + " in flight " +
-                               std::to_string(in_flight);
-      EXPECT_LE(f.deq.error(test::from_bf16(got), c.ldy, samples), 4e-3) << "fp8_block_gemm " << what;
+                               std::to_string(cfg.in_flight);
+      const std::vector<float> yf = test::from_bf16(got);
+      EXPECT_LE(f.deq.error(yf, c.ldy, samples), 4e-3) << "fp8_block_gemm " << what;
+      EXPECT_EQ(f.deq.bad_outputs(yf, c.ldy, samples), 0) << "fp8_block_gemm " << what;
       int64_t touched = 0;
-      for (int64_t i = 0; i < c.m; ++i)
-        for (int64_t j = c.n; j < c.ldy; ++j) touched += got[i * c.ldy + j] != before[i * c.ldy + j];
-      EXPECT_EQ(touched, 0) << "columns past n written, " << what;
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = i < c.m ? c.n : 0; j < c.ldy; ++j) touched += got[i * c.ldy + j] != before[i * c.ldy + j];
+      EXPECT_EQ(touched, 0) << "written outside y[m, n], " << what;
     }
   }
 }
@@ -435,21 +461,35 @@ TEST(Gemm, Fp8BlockKernelBadArgumentsAreErrors) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(message(4, 64, 100, 64, q).find("k 100 must be a multiple of 128"), std::string::npos);
+  EXPECT_NE(message(4, 64, 100, 64, q).find("k 100 must be a positive multiple of 128"), std::string::npos);
   EXPECT_NE(message(4, 64, 128, 60, q).find("ldy 60 must be >= n"), std::string::npos);
   EXPECT_NE(message(4, 64, 128, 68, q).find("ldy 68 must be >= n and a multiple of 8"), std::string::npos);
-  EXPECT_NE(message(4, 64, 128, 64, q + 1).find("16-byte aligned"), std::string::npos);
+  EXPECT_NE(message(4, 64, 128, 64, q + 1).find("xq must be 16-byte aligned"), std::string::npos);
   EXPECT_NE(
       message(4, 384, 128, 384, q, 2).find("cluster 2 must be 1, or 2 with an even number of 128-column blocks (3)"),
       std::string::npos);
   EXPECT_NE(message(4, 256, 128, 256, q, 3).find("cluster 3 must be 1"), std::string::npos);
+  // y's tensor stores write whole 16-byte chunks, so n must be a multiple of 8.
+  EXPECT_NE(message(4, 100, 128, 104, q).find("n 100 must be a positive multiple of 8"), std::string::npos);
   try {
     fp8_block_gemm(nullptr, q, s, q, s, y, 64, 4, 64, 128, 132, {1, 3});
     ADD_FAILURE() << "in_flight 3 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("in_flight 3 must be 1 or 2"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(message(0, 64, 128, 64, q), "accepted");  // nothing to do
+  EXPECT_NE(message(4, 64, 128, 64, nullptr).find("xq is null"), std::string::npos);
+  EXPECT_NE(message(int64_t{1} << 31, 64, 128, 64, q).find("m 2147483648 outside 0..2^30"), std::string::npos);
+  EXPECT_NE(message(4, 64, int64_t{1} << 31, 64, q).find("k 2147483648 must be a positive multiple of 128"),
+            std::string::npos);
+  try {
+    fp8_block_gemm(nullptr, q, s, q, s, y, 256, 4, 256, 128, 1, {2, 0});
+    ADD_FAILURE() << "max_blocks 1 with cluster 2 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_blocks 1 must be at least the cluster 2"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(message(0, 64, 128, 64, q), "accepted");                       // nothing to do
+  EXPECT_NE(message(0, 64, 100, 64, q).find("k 100"), std::string::npos);  // but checked
+  EXPECT_EQ(message(0, 64, 128, 64, nullptr), "accepted");                 // no operand is read
 }
 
 TEST(Gemm, BadArgumentsAreErrors) {

@@ -305,9 +305,12 @@ int max_active_clusters(const void* kernel, int cluster) {
 // pair; on the H200 that cost more than it saved at every K3 shape measured (docs/PERF.md, 2026-11-30).
 int fp8_block_gemm_cluster(int64_t /*m*/, int64_t /*n*/) { return 1; }
 
-int fp8_block_gemm_blocks(int64_t m, int64_t n, int max_blocks, int cluster) {
+int fp8_block_gemm_blocks(int64_t m, int64_t n, int max_blocks, Fp8BlockGemmConfig config) {
   using namespace fp8g;
+  const int cluster = config.cluster == 0 ? fp8_block_gemm_cluster(m, n) : config.cluster;
+  KIMIRT_CUDA_REQUIRE(cluster == 1 || cluster == 2, "fp8_block_gemm_blocks: cluster ", cluster, " must be 1 or 2");
   const int64_t units = (m + kBM - 1) / kBM * ((n + kBN - 1) / kBN / cluster);
+  // Single blocks: max_blocks is the SM count (or fewer) and a block fits on any SM, so all run at once.
   if (cluster == 1) return static_cast<int>(std::min<int64_t>(units, max_blocks));
   const auto kernel = reinterpret_cast<const void*>(fp8_block_gemm_kernel<2, 2>);
   ensure_dynamic_smem(kernel, kSmemBytes);
@@ -319,20 +322,20 @@ void fp8_block_gemm(cudaStream_t stream, const uint8_t* xq, const float* x_scale
                     int max_blocks, Fp8BlockGemmConfig config) {
   using namespace fp8g;
   const auto what = [&] { return cat(" in the FP8 block GEMM m=", m, " n=", n, " k=", k, " ldy=", ldy); };
-  KIMIRT_CUDA_REQUIRE(m >= 0 && n > 0 && k > 0, "fp8_block_gemm: bad shape", what());
-  if (m == 0) return;
-  KIMIRT_CUDA_REQUIRE(xq && x_scales && wq && w_scales && y, "fp8_block_gemm: null pointer", what());
-  KIMIRT_CUDA_REQUIRE(k % 128 == 0, "fp8_block_gemm: k ", k, " must be a multiple of 128 (one scale per 128 inputs)",
-                      what());
+  // Coordinates are ints in the kernel (tensor copies take 32-bit coordinates).
+  constexpr int64_t kMaxDim = int64_t{1} << 30;
+  KIMIRT_CUDA_REQUIRE(m >= 0 && m <= kMaxDim, "fp8_block_gemm: m ", m, " outside 0..2^30", what());
+  // The tensor stores of y write whole 16-byte chunks of a row: past an n that is not a multiple of 8 they
+  // wrote into the next columns (measured on the H200).
+  KIMIRT_CUDA_REQUIRE(n > 0 && n <= kMaxDim && n % 8 == 0, "fp8_block_gemm: n ", n,
+                      " must be a positive multiple of 8 up to 2^30", what());
+  KIMIRT_CUDA_REQUIRE(k > 0 && k <= kMaxDim && k % 128 == 0, "fp8_block_gemm: k ", k,
+                      " must be a positive multiple of 128 (one scale per 128 inputs) up to 2^30", what());
   KIMIRT_CUDA_REQUIRE(ldy >= n && ldy % 8 == 0, "fp8_block_gemm: ldy ", ldy, " must be >= n and a multiple of 8",
                       what());
-  KIMIRT_CUDA_REQUIRE(detail::aligned16(xq) && detail::aligned16(wq) && detail::aligned16(y) &&
-                          detail::aligned16(x_scales) && detail::aligned16(w_scales),
-                      "fp8_block_gemm: xq, wq, y and both scale tensors must be 16-byte aligned", what());
-  KIMIRT_CUDA_REQUIRE(m <= (int64_t{1} << 30) && n <= (int64_t{1} << 30), "fp8_block_gemm: m or n too large", what());
   const int num_m = static_cast<int>((m + kBM - 1) / kBM), num_n = static_cast<int>((n + kBN - 1) / kBN);
-  KIMIRT_CUDA_REQUIRE(static_cast<int64_t>(num_m) * num_n < (int64_t{1} << 31), "fp8_block_gemm: too many tiles",
-                      what());
+  KIMIRT_CUDA_REQUIRE(static_cast<int64_t>(num_m) * num_n < (int64_t{1} << 31), "fp8_block_gemm: ", num_m, " x ", num_n,
+                      " tiles are too many", what());
   const int cluster = config.cluster == 0 ? fp8_block_gemm_cluster(m, n) : config.cluster;
   const int in_flight = config.in_flight == 0 ? 2 : config.in_flight;
   KIMIRT_CUDA_REQUIRE(in_flight == 1 || in_flight == 2, "fp8_block_gemm: in_flight ", config.in_flight,
@@ -341,6 +344,13 @@ void fp8_block_gemm(cudaStream_t stream, const uint8_t* xq, const float* x_scale
                       " must be 1, or 2 with an even number of 128-column blocks (", num_n, ")", what());
   KIMIRT_CUDA_REQUIRE(max_blocks >= cluster, "fp8_block_gemm: max_blocks ", max_blocks,
                       " must be at least the cluster ", cluster, what());
+  if (m == 0) return;
+  const std::pair<const char*, const void*> operands[] = {
+      {"xq", xq}, {"x_scales", x_scales}, {"wq", wq}, {"w_scales", w_scales}, {"y", y}};
+  for (const auto& [name, ptr] : operands) {
+    KIMIRT_CUDA_REQUIRE(ptr, "fp8_block_gemm: ", name, " is null", what());
+    KIMIRT_CUDA_REQUIRE(detail::aligned16(ptr), "fp8_block_gemm: ", name, " must be 16-byte aligned", what());
+  }
 
   const int64_t m_pad = fp8_pad_m(m);
   const uint64_t ku = static_cast<uint64_t>(k), ws_cols = static_cast<uint64_t>(fp8_w_scale_cols(k));
@@ -363,7 +373,7 @@ void fp8_block_gemm(cudaStream_t stream, const uint8_t* xq, const float* x_scale
                                             CU_TENSOR_MAP_SWIZZLE_128B, cat("y", what()));
   const int k_blocks = static_cast<int>(k / 128);
   const bool two = in_flight == 2;
-  const int grid = fp8_block_gemm_blocks(m, n, max_blocks, cluster);
+  const int grid = fp8_block_gemm_blocks(m, n, max_blocks, config);
   KIMIRT_CUDA_REQUIRE(grid > 0, "fp8_block_gemm: no cluster of ", cluster, " blocks fits on the device", what());
   const auto kernel = cluster == 1 ? (two ? fp8_block_gemm_kernel<1, 2> : fp8_block_gemm_kernel<1, 1>)
                                    : (two ? fp8_block_gemm_kernel<2, 2> : fp8_block_gemm_kernel<2, 1>);

@@ -20,18 +20,19 @@ struct Fp8BlockGemmConfig {
   int in_flight = 0;
 };
 
-// xq [m_pad, k] E4M3, x_scales [k / 128][m_pad] (m_pad = fp8_pad_m(m)); wq [n, k] E4M3, w_scales
-// [ceil(n / 128)][fp8_w_scale_cols(k)]; y [m, n] BF16 with row stride ldy. k a multiple of 128; xq, wq, y
-// and both scale tensors 16-byte aligned, ldy a multiple of 8. `max_blocks` bounds the persistent grid (the
-// SM count; fewer for tests of the tile loop). Throws kimirt::Error naming the field on bad arguments.
+// xq [m_pad, k] E4M3, x_scales [k / 128][m_pad] (m_pad = fp8_pad_m(m)); wq [n, k] E4M3,
+// w_scales [ceil(n / 128)][fp8_w_scale_cols(k)]; y [m, n] BF16 with row stride ldy. n and ldy multiples of 8,
+// k of 128, each up to 2^30; xq, wq, y and both scale tensors 16-byte aligned. `max_blocks` bounds the
+// persistent grid (the SM count; fewer for tests of the tile loop). Throws kimirt::Error naming the field on
+// bad arguments.
 void fp8_block_gemm(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq,
                     const float* w_scales, __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k,
                     int max_blocks, Fp8BlockGemmConfig config = {});
 
 // The cluster size fp8_block_gemm picks for an [m, n] output when asked for 0.
 int fp8_block_gemm_cluster(int64_t m, int64_t n);
-// The grid fp8_block_gemm launches for an [m, n] output in clusters of `cluster` (1 or 2): one block per
-// tile up to max_blocks, and no more clusters than fit on the current device at once.
-int fp8_block_gemm_blocks(int64_t m, int64_t n, int max_blocks, int cluster);
+// The grid fp8_block_gemm launches for an [m, n] output under `config`: one block per tile (pair of tiles
+// in clusters of 2) up to max_blocks, and in clusters no more than fit on the current device at once.
+int fp8_block_gemm_blocks(int64_t m, int64_t n, int max_blocks, Fp8BlockGemmConfig config = {});
 
 }  // namespace kimirt::cuda
