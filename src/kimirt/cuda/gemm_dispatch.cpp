@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "kimirt/base/error.h"
+#include "kimirt/cuda/fp8_block_gemm.h"
 #include "kimirt/cuda/gemv.h"
 #include "kimirt/cuda/mla_cache.h"  // sigmoid_gate_mul, the gate after cuBLASLt
 
@@ -37,7 +38,29 @@ constexpr BuiltinRow kBuiltinRows[] = {
     {163840, 7168, 1, "rows2x1"},  // lm_head (fp32 logits)
 };
 
+// FP8 block-scale weights at M = 4096, our kernel against cuBLASLt's in the same runs (docs/PERF.md,
+// 2026-11-30, three runs): ours 0.94-0.98x on 7168x7168 and 0.96-0.98x on 12288x7168, 1.08-1.11x on
+// 18432x1536, 0.96-1.03x on 7168x12288 (a tie, ours kept).
+struct BuiltinFp8Row {
+  int64_t n, k;
+  Fp8Path path;
+};
+constexpr BuiltinFp8Row kBuiltinFp8Rows[] = {
+    {7168, 7168, Fp8Path::kCublasLt},   // latent-sized square weights
+    {12288, 7168, Fp8Path::kCublasLt},  // mla.g_proj, shared experts gate_up
+    {18432, 1536, Fp8Path::kOurs},      // mla.q_b_proj
+    {7168, 12288, Fp8Path::kOurs},      // mla.o_proj
+};
+
+Fp8Path parse_fp8_path(const std::string& text) {
+  if (text == "ours") return Fp8Path::kOurs;
+  if (text == "cublaslt") return Fp8Path::kCublasLt;
+  fail("FP8 GEMM path \"{}\": expected \"ours\" or \"cublaslt\"", text);
+}
+
 }  // namespace
+
+const char* fp8_path_name(Fp8Path p) { return p == Fp8Path::kOurs ? "ours" : "cublaslt"; }
 
 std::string skinny_config_name(const SkinnyConfig& c) {
   if (c.kernel == SkinnyConfig::Kernel::kMma) return "mma";
@@ -67,6 +90,7 @@ GemmTable GemmTable::builtin() {
   GemmTable t;
   t.default_max_m_ = kBuiltinDefaultMaxM;
   for (const BuiltinRow& r : kBuiltinRows) t.set(r.n, r.k, r.max_m, parse_skinny_config(r.config));
+  for (const BuiltinFp8Row& r : kBuiltinFp8Rows) t.set_fp8(r.n, r.k, r.path);
   return t;
 }
 
@@ -85,6 +109,28 @@ GemmTable GemmTable::load(const std::string& path) {
     std::string n_text, k_text;
     int max_m = 0;
     if (!(s >> n_text)) continue;  // blank or comment
+    const auto positive = [&](const std::string& n_s, const std::string& k_s) {
+      int64_t n = 0, k = 0;
+      try {
+        size_t pn = 0, pk = 0;
+        n = std::stoll(n_s, &pn);
+        k = std::stoll(k_s, &pk);
+        KIMIRT_CHECK(pn == n_s.size() && pk == k_s.size() && n > 0 && k > 0, "bad");
+      } catch (const std::exception&) {
+        fail("GEMM table {}:{}: n \"{}\" and k \"{}\" must be positive integers", path, line_no, n_s, k_s);
+      }
+      return std::pair{n, k};
+    };
+    if (n_text == "fp8") {
+      std::string fn, fk, path_text, rest;
+      KIMIRT_CHECK(static_cast<bool>(s >> fn >> fk >> path_text) && !(s >> rest),
+                   "GEMM table {}:{}: expected \"fp8 n k ours|cublaslt\"", path, line_no);
+      const auto [n, k] = positive(fn, fk);
+      t.set_fp8(n, k, with_context(fmt::format("GEMM table {}:{}", path, line_no), [&] {
+                  return parse_fp8_path(path_text);
+                }));
+      continue;
+    }
     KIMIRT_CHECK(static_cast<bool>(s >> k_text >> max_m), "GEMM table {}:{}: expected \"n k max_skinny_m [config]\"",
                  path, line_no);
     std::optional<SkinnyConfig> config;
@@ -101,15 +147,7 @@ GemmTable GemmTable::load(const std::string& path) {
       t.default_max_m_ = max_m;
       continue;
     }
-    int64_t n = 0, k = 0;
-    try {
-      size_t pn = 0, pk = 0;
-      n = std::stoll(n_text, &pn);
-      k = std::stoll(k_text, &pk);
-      KIMIRT_CHECK(pn == n_text.size() && pk == k_text.size() && n > 0 && k > 0, "bad");
-    } catch (const std::exception&) {
-      fail("GEMM table {}:{}: n \"{}\" and k \"{}\" must be positive integers", path, line_no, n_text, k_text);
-    }
+    const auto [n, k] = positive(n_text, k_text);
     t.set(n, k, max_m, config);
   }
   return t;
@@ -125,14 +163,20 @@ std::optional<SkinnyConfig> GemmTable::config(int64_t n, int64_t k) const {
   return it == rows_.end() ? std::nullopt : it->second.config;
 }
 
+Fp8Path GemmTable::fp8_path(int64_t n, int64_t k) const {
+  const auto it = fp8_rows_.find({n, k});
+  return it == fp8_rows_.end() ? Fp8Path::kOurs : it->second;
+}
+
 std::string GemmTable::to_text() const {
-  std::string out = "# n k max_skinny_m [config at M <= 2]   (kimirt GEMM dispatch table)\n";
+  std::string out = "# n k max_skinny_m [config at M <= 2] | fp8 n k ours|cublaslt   (kimirt GEMM dispatch table)\n";
   out += fmt::format("* * {}\n", default_max_m_);
   for (const auto& [nk, row] : rows_) {
     out += fmt::format("{} {} {}", nk.first, nk.second, row.max_m);
     if (row.config) out += fmt::format(" {}", skinny_config_name(*row.config));
     out += '\n';
   }
+  for (const auto& [nk, p] : fp8_rows_) out += fmt::format("fp8 {} {} {}\n", nk.first, nk.second, fp8_path_name(p));
   return out;
 }
 
@@ -160,6 +204,19 @@ void Linear::operator()(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx
     }
   }
   lt_.linear_bf16(stream, x, ldx, w, ldw, y, y_type, ldy, m, n, k, beta);
+}
+
+void Linear::fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq,
+                 const float* w_scales, __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k, void* d_scratch,
+                 uint64_t d_scratch_bytes) {
+  // Our kernel also takes the shapes cuBLASLt refuses (n % 16 != 0, m % 4 != 0 without scratch).
+  const bool ours =
+      table_.fp8_path(n, k) == Fp8Path::kOurs || n % 16 != 0 || (d_scratch_bytes < fp8_d_scratch_bytes(m, n));
+  if (ours) {
+    fp8_block_gemm(stream, xq, x_scales, wq, w_scales, y, ldy, m, n, k, sm_count_);
+  } else {
+    lt_.linear_fp8(stream, xq, x_scales, wq, w_scales, y, ldy, m, n, k, d_scratch, d_scratch_bytes);
+  }
 }
 
 void Linear::batched(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, int64_t stride_x, const __nv_bfloat16* w,

@@ -1,8 +1,9 @@
-// BF16 linear layers: picks, per call shape, the skinny kernels (gemv.h) or cuBLASLt (gemm_lt.h) from a
-// table of measured crossover points. `kimirt-bench --only gemm` measures both paths at the model's shapes
-// and writes the table (text, one "n k max_skinny_m [config]" line per shape, config the fastest skinny
-// kernel at M = 1 and 2, e.g. "rows2x1" or "mma"); load it with GemmTable::load, or copy its rows into
-// kBuiltinRows in gemm_dispatch.cpp.
+// Linear layers: picks, per call shape, the BF16 skinny kernels (gemv.h) or cuBLASLt (gemm_lt.h) from a
+// table of measured crossover points, and for FP8 block-scale weights our kernel (fp8_block_gemm.h) or
+// cuBLASLt's. `kimirt-bench --only gemm` measures the paths at the model's shapes and writes the table
+// (text: one "n k max_skinny_m [config]" line per BF16 shape, config the fastest skinny kernel at M = 1 and
+// 2, e.g. "rows2x1" or "mma"; one "fp8 n k ours|cublaslt" line per FP8 shape, the faster at M = 4096);
+// load it with GemmTable::load, or copy its rows into the builtin rows of gemm_dispatch.cpp.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,6 +21,10 @@
 
 namespace kimirt::cuda {
 
+// Which FP8 block-scale GEMM runs a shape: fp8_block_gemm (ours) or GemmLt::linear_fp8 (cuBLASLt).
+enum class Fp8Path { kOurs, kCublasLt };
+const char* fp8_path_name(Fp8Path p);  // "ours" / "cublaslt"
+
 class GemmTable {
  public:
   // The compiled-in table (see gemm_dispatch.cpp for where its numbers come from).
@@ -35,6 +40,9 @@ class GemmTable {
   void set(int64_t n, int64_t k, int max_m, std::optional<SkinnyConfig> config = std::nullopt) {
     rows_[{n, k}] = Row{max_m, config};
   }
+  // The FP8 block-scale path for an [n, k] weight (shapes not listed: ours).
+  Fp8Path fp8_path(int64_t n, int64_t k) const;
+  void set_fp8(int64_t n, int64_t k, Fp8Path path) { fp8_rows_[{n, k}] = path; }
   void set_default(int max_m) { default_max_m_ = max_m; }
   std::string to_text() const;
 
@@ -44,6 +52,7 @@ class GemmTable {
     std::optional<SkinnyConfig> config;
   };
   std::map<std::pair<int64_t, int64_t>, Row> rows_;
+  std::map<std::pair<int64_t, int64_t>, Fp8Path> fp8_rows_;
   int default_max_m_ = 0;
 };
 
@@ -73,6 +82,12 @@ class Linear {
   void batched(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, int64_t stride_x, const __nv_bfloat16* w,
                int64_t ldw, int64_t stride_w, void* y, OutType y_type, int64_t ldy, int64_t stride_y, int64_t m,
                int64_t n, int64_t k, int64_t batch, const __nv_bfloat16* gate = nullptr);
+
+  // y[m, n] (BF16, ldy) = dequant(xq) · dequant(wq)ᵀ, operands and scales as for GemmLt::linear_fp8, by the
+  // path the table names for [n, k]; our kernel also runs what cuBLASLt cannot take (n % 16 != 0, or
+  // m % 4 != 0 without d_scratch of fp8_d_scratch_bytes). Ours needs n % 8 == 0.
+  void fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq, const float* w_scales,
+           __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k, void* d_scratch, uint64_t d_scratch_bytes);
 
   // Which path a call of this shape takes (alignment permitting).
   bool uses_skinny(int64_t m, int64_t n, int64_t k) const;
