@@ -62,12 +62,13 @@ int run_main(int argc, char** argv) {
   bool quick = false;
   app.add_option("--only", only, "comma-separated suites (gemm, dense, mla, sampling); default all");
   app.add_option("--json", json_path, "write the results as JSON to this file");
-  app.add_option("--gemm-table", table_path, "write the measured GEMM dispatch table (text) to this file");
+  app.add_option("--gemm-table", table_path,
+                 "write the measured GEMM dispatch table (text) to this file (runs of the whole gemm suite)");
   app.add_flag("--quick", quick, "fewer samples");
   std::string filter;
   app.add_option("--filter", filter,
-                 "run only the cases whose name contains this text (suites that build a case before timing it: mla; "
-                 "for profiling one kernel)");
+                 "run only the cases whose name contains this text (honoured by mla and gemm; gemm writes its "
+                 "table only without a filter; for profiling one kernel)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!kimirt::cuda::gpu_available()) {

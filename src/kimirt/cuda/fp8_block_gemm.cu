@@ -7,16 +7,19 @@
 // Block = 3 warpgroups, one output tile of 128 x 128 at a time, tiles taken in a grouped order (8 row
 // blocks side by side, so that a wave of blocks shares both operands' tiles through L2):
 //   producer (warpgroup 2, one thread): per 128-wide K block, one tensor copy each of the activation tile
-//     (128 x 128 E4M3 = 16 KB), the weight tile (16 KB) and the tile's 128 activation scales, into a ring
-//     of kStages stages that runs ahead across tiles (the next tile's first stages land during this
-//     tile's epilogue);
-//   consumers (warpgroups 0 and 1, 64 rows each): per K block, 4 wgmma m64n128k32 into a fresh fp32
-//     partial, then acc += partial · (x scale of the row · weight scale of the block) on the CUDA cores
-//     ("promotion": the scales change every 128 values of K, so they cannot ride inside the tensor-core
-//     accumulation). While one warpgroup promotes, the other's wgmmas keep the tensor cores busy.
+//     (128 x 128 E4M3 = 16 KB), the weight tile (16 KB), the tile's 128 activation scales and 4 K blocks'
+//     weight scales (16 bytes, the smallest copy), into a ring of kStages stages that runs ahead across
+//     tiles (the next tile's first stages land during this tile's epilogue);
+//   consumers (warpgroups 0 and 1, 64 rows each): per K block, 4 wgmma m64n128k32 into an fp32 partial,
+//     then acc += partial · (x scale of the row · weight scale of the block) on the CUDA cores
+//     ("promotion": the scales change every 128 values of K, and the tensor cores' FP8 accumulator keeps
+//     too few bits to sum the whole K; a version that rescaled the accumulator instead missed the per-output
+//     bound, docs/PERF.md). Two partials alternate, so block kb + 1's wgmmas are queued while block kb is
+//     promoted; the other warpgroup's wgmmas fill the rest.
 //   epilogue: each consumer writes its 64 x 128 BF16 rows into shared memory in the 128-byte swizzle
 //     (conflict-free) and one thread stores them with two tensor copies, which clip rows past M and
-//     columns past N; the copies finish while the next tile's main loop runs.
+//     columns past N (in whole 16-byte chunks: n must be a multiple of 8); the copies finish while the next
+//     tile's main loop runs.
 #include <cuda.h>
 
 #include <algorithm>
@@ -308,7 +311,8 @@ int fp8_block_gemm_cluster(int64_t /*m*/, int64_t /*n*/) { return 1; }
 int fp8_block_gemm_blocks(int64_t m, int64_t n, int max_blocks, Fp8BlockGemmConfig config) {
   using namespace fp8g;
   const int cluster = config.cluster == 0 ? fp8_block_gemm_cluster(m, n) : config.cluster;
-  KIMIRT_CUDA_REQUIRE(cluster == 1 || cluster == 2, "fp8_block_gemm_blocks: cluster ", cluster, " must be 1 or 2");
+  KIMIRT_CUDA_REQUIRE(cluster == 1 || (cluster == 2 && (n + kBN - 1) / kBN % 2 == 0), "fp8_block_gemm_blocks: cluster ",
+                      cluster, " must be 1, or 2 with an even number of 128-column blocks (n ", n, ")");
   const int64_t units = (m + kBM - 1) / kBM * ((n + kBN - 1) / kBN / cluster);
   // Single blocks: max_blocks is the SM count (or fewer) and a block fits on any SM, so all run at once.
   if (cluster == 1) return static_cast<int>(std::min<int64_t>(units, max_blocks));

@@ -123,8 +123,10 @@ GemmTable GemmTable::load(const std::string& path) {
     };
     if (n_text == "fp8") {
       std::string fn, fk, path_text, rest;
-      KIMIRT_CHECK(static_cast<bool>(s >> fn >> fk >> path_text) && !(s >> rest),
+      KIMIRT_CHECK(static_cast<bool>(s >> fn >> fk >> path_text),
                    "GEMM table {}:{}: expected \"fp8 n k ours|cublaslt\"", path, line_no);
+      KIMIRT_CHECK(!(s >> rest), "GEMM table {}:{}: expected \"fp8 n k ours|cublaslt\", got \"{}\" after the path",
+                   path, line_no, rest);
       const auto [n, k] = positive(fn, fk);
       t.set_fp8(n, k, with_context(fmt::format("GEMM table {}:{}", path, line_no), [&] {
                   return parse_fp8_path(path_text);

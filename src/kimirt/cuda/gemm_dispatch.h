@@ -40,7 +40,9 @@ class GemmTable {
   void set(int64_t n, int64_t k, int max_m, std::optional<SkinnyConfig> config = std::nullopt) {
     rows_[{n, k}] = Row{max_m, config};
   }
-  // The FP8 block-scale path for an [n, k] weight (shapes not listed: ours).
+  // The FP8 block-scale path for an [n, k] weight (shapes not listed: ours). The rows are measured at
+  // M = 4096 (prefill) and apply at every M; a table file from before FP8 rows existed lists none, so every
+  // shape then takes ours.
   Fp8Path fp8_path(int64_t n, int64_t k) const;
   void set_fp8(int64_t n, int64_t k, Fp8Path path) { fp8_rows_[{n, k}] = path; }
   void set_default(int max_m) { default_max_m_ = max_m; }
@@ -85,7 +87,9 @@ class Linear {
 
   // y[m, n] (BF16, ldy) = dequant(xq) · dequant(wq)ᵀ, operands and scales as for GemmLt::linear_fp8, by the
   // path the table names for [n, k]; our kernel also runs what cuBLASLt cannot take (n % 16 != 0, or
-  // m % 4 != 0 without d_scratch of fp8_d_scratch_bytes). Ours needs n % 8 == 0.
+  // m % 4 != 0 without d_scratch of fp8_d_scratch_bytes). Ours needs n % 8 == 0, ldy % 8 == 0 and y and
+  // both scale tensors 16-byte aligned: a call that only cuBLASLt could take still goes to ours (and throws).
+  // No layer calls this yet (the model's FP8 weights are not on the GPU path).
   void fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq, const float* w_scales,
            __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k, void* d_scratch, uint64_t d_scratch_bytes);
 
