@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <tuple>
 
 #include "kimirt/base/error.h"
@@ -229,10 +230,18 @@ TEST(MlaDecode, BadArgumentsAreErrors) {
   too_many.heads_per_group = 32, too_many.head_groups = 1;  // more heads than the kernel's block takes
   a.heads = 32, a.ld_q = 32 * 576, a.ld_out = 32 * 512;
   EXPECT_THROW(mla_decode(nullptr, a, too_many, nullptr), Error);
-  // kSeesaw copies whole 32-row tiles, which must not straddle a page: its chunks are multiples of 32.
-  MlaDecodePlan half_tiles = plan_mla_decode(1, 32, 10, 132, MlaDecodeKernel::kSeesaw);
-  half_tiles.chunk = 48;
-  EXPECT_THROW(mla_decode(nullptr, a, half_tiles, nullptr), Error);
+  // kSeesaw and kMma16 copy whole 32-row tiles, which must not straddle a page: chunks are multiples of 32.
+  for (MlaDecodeKernel k : {MlaDecodeKernel::kSeesaw, MlaDecodeKernel::kMma16}) {
+    MlaDecodePlan half_tiles = plan_mla_decode(1, 16, 10, 132, k);
+    half_tiles.chunk = 48;
+    a.heads = 16, a.ld_q = 16 * 576, a.ld_out = 16 * 512;
+    try {
+      mla_decode(nullptr, a, half_tiles, nullptr);
+      ADD_FAILURE() << mla_decode_kernel_name(k) << ": a chunk of 48 rows was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("chunk (48) must be a multiple of 32"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

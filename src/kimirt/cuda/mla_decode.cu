@@ -374,12 +374,12 @@ CUtensorMap cache_tensor_map(const bf16* cache, int64_t rows) {
                             {static_cast<cuuint64_t>(kMlaRow) * 2}, {64, kBox}, cat("a cache of ", rows, " rows"));
 }
 
-// The cache as 32-row tiles for kSeesaw: dims (64 dims of an atom, rows, 9 atoms; the atom stride, 128
+// The cache as 32-row tiles for kMma16 and kSeesaw: dims (64 dims of an atom, rows, 9 atoms; the atom stride, 128
 // bytes, is smaller than the row stride) so that one box of 64 x 32 x 9 lands atom-major ([atom][row][64]),
 // the layout of the 16-row boxes of cache_tensor_map side by side.
 CUtensorMap cache_tile_tensor_map(const bf16* cache, int64_t rows) {
   return bf16_tensor_map<3>(cache, {64, static_cast<cuuint64_t>(rows), kMlaRow / 64},
-                            {static_cast<cuuint64_t>(kMlaRow) * 2, 128}, {64, mla_kernels::seesaw::kT, kMlaRow / 64},
+                            {static_cast<cuuint64_t>(kMlaRow) * 2, 128}, {64, mla_kernels::kTileRows, kMlaRow / 64},
                             cat("the tile map of a cache of ", rows, " rows"));
 }
 
@@ -524,6 +524,10 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
                       "mla_decode: plan (", mla_decode_kernel_name(plan.kernel), ", splits ", plan.splits, ", chunk ",
                       plan.chunk, ", head groups ", plan.head_groups, " x ", plan.heads_per_group, ") does not fit ",
                       a.heads, " heads; use plan_mla_decode");
+  // kMma16 and kSeesaw copy whole 32-row tiles, which must not straddle a page.
+  KIMIRT_CUDA_REQUIRE(plan.kernel == MlaDecodeKernel::kWgmma64 || plan.chunk % mla_kernels::kTileRows == 0,
+                      "mla_decode: a ", mla_decode_kernel_name(plan.kernel), " plan's chunk (", plan.chunk,
+                      ") must be a multiple of ", mla_kernels::kTileRows, "; use plan_mla_decode");
   MlaKernelParams p{a,
                     plan.splits,
                     plan.chunk,
@@ -543,10 +547,14 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
   // Without a page count the map's bound is only a ceiling on addresses (the block table says which rows
   // exist); 2^29 rows of 1152 bytes keep the byte extent inside what a tensor map can describe.
   const int64_t rows = a.num_pages > 0 ? a.num_pages * a.page_size : (int64_t{1} << 29);
-  // The 16-row box map, for kMma16 and kWgmma64.
+  // The 16-row box map of kWgmma64 and the 32-row tile map of kMma16 and kSeesaw.
   auto box_map = [&] {
     return cached_map({0, reinterpret_cast<uintptr_t>(a.cache), rows, 0, 0},
                       [&] { return cache_tensor_map(a.cache, rows); });
+  };
+  auto tile_map = [&] {
+    return cached_map({2, reinterpret_cast<uintptr_t>(a.cache), rows, 0, 0},
+                      [&] { return cache_tile_tensor_map(a.cache, rows); });
   };
   const dim3 grid(static_cast<unsigned>(plan.head_groups), static_cast<unsigned>(plan.splits),
                   static_cast<unsigned>(a.batch));
@@ -554,19 +562,15 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
     namespace k = mla_kernels::mma16;
     ensure_dynamic_smem(reinterpret_cast<const void*>(&k::mla_decode_mma16_kernel), k::kSmemBytes);
     Launch l(grid, k::kThreads, k::kSmemBytes, stream, a.overlap_previous);
-    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, k::mla_decode_mma16_kernel, box_map(), p));
+    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, k::mla_decode_mma16_kernel, tile_map(), p));
   } else {
     const CUtensorMap q_map = cached_map({1, reinterpret_cast<uintptr_t>(a.q), a.heads, a.batch, a.ld_q},
                                          [&] { return q_tensor_map(a.q, a.heads, a.batch, a.ld_q); });
     if (plan.kernel == MlaDecodeKernel::kSeesaw) {
       namespace k = mla_kernels::seesaw;
-      KIMIRT_CUDA_REQUIRE(plan.chunk % k::kT == 0, "mla_decode: a seesaw plan's chunk (", plan.chunk,
-                          ") must be a multiple of ", k::kT, "; use plan_mla_decode");
-      const CUtensorMap tile_map = cached_map({2, reinterpret_cast<uintptr_t>(a.cache), rows, 0, 0},
-                                              [&] { return cache_tile_tensor_map(a.cache, rows); });
       ensure_dynamic_smem(reinterpret_cast<const void*>(&k::mla_decode_seesaw_kernel), k::kSmemBytes);
       Launch l(grid, k::kThreads, k::kSmemBytes, stream, a.overlap_previous);
-      KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, k::mla_decode_seesaw_kernel, tile_map, q_map, p));
+      KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, k::mla_decode_seesaw_kernel, tile_map(), q_map, p));
     } else {
       ensure_dynamic_smem(reinterpret_cast<const void*>(&mla_decode_kernel), kSmemBytes);
       Launch l(grid, kThreads, kSmemBytes, stream, a.overlap_previous);

@@ -28,6 +28,10 @@ struct MlaKernelParams {
   float* lse;    // [batch][splits][heads], log2 domain
 };
 
+// Rows per tile of kMma16 and kSeesaw: each tile arrives in one tensor copy (mla_decode.cu's tile map); a
+// page (a multiple of 32 rows) holds whole tiles, and chunks start at multiples of it.
+constexpr int kTileRows = 32;
+
 // Byte offset of 16-byte chunk c (of 72) of row r in a [rows x 576] bf16 tile stored as 9 atoms of
 // [rows x 64] with the 128-byte swizzle, as the tensor-map copies write it (atoms start at multiples of 1024).
 __device__ __forceinline__ uint32_t swizzled(int r, int c, int atom_bytes) {

@@ -7,7 +7,8 @@
 // wgmma's M = 64 would quadruple the tensor work and put it back on the critical path; M = 16 is exactly
 // one mma.sync row tile. The block is
 //   warp 8       producer: looks up the block table (32 pages per lane-parallel load), issues each 32-row
-//                tile as 16-row x 64-dim bulk tensor copies (128-byte swizzle) into a 4-stage ring;
+//                tile as one tensor copy (the tile map: 32 rows x 9 atoms of 64 dims, 128-byte swizzle,
+//                landing atom-major) into a 4-stage ring;
 //                mbarriers: "full" per stage (transaction bytes), "empty" per stage (128 consumer arrivals);
 //   warps 0-3    consumer group 0: even tiles;  warps 4-7  consumer group 1: odd tiles.
 // So two to four tiles (74-147 KB) are in flight per SM while the groups compute, and two independent
@@ -37,10 +38,8 @@ namespace kimirt::cuda::mla_kernels {
 namespace mma16 {
 
 constexpr int kHeads = kMlaMma16Heads;  // the mma M
-constexpr int kRows = 32;               // cache rows per tile
-constexpr int kBox = 16;                // rows per bulk copy (never straddles a page)
-constexpr int kBoxes = kRows / kBox;
-constexpr int kStages = 4;  // even: see the top of the file
+constexpr int kRows = kTileRows;        // cache rows per tile
+constexpr int kStages = 4;              // even: see the top of the file
 constexpr int kGroupWarps = 4;
 constexpr int kGroups = 2;
 constexpr int kGroupThreads = kGroupWarps * 32;
@@ -63,15 +62,15 @@ constexpr int kHandOffBytes = kGroupWarps * kOTiles * 32 * 16 + kGroupWarps * 32
 
 static_assert(kHeads == 16 && kMlaRow % (kGroupWarps * 16) == 0 && kMlaLatent % (kGroupWarps * 16) == 0,
               "warp split of the dims");
-static_assert(kMlaChunkAlign % kBox == 0 && kRows % kBox == 0, "tiles start on box boundaries");
 static_assert(kHandOffBytes <= kTileBytes && kHeads * kStageLd * 2 <= kTileBytes, "epilogue fits the ring");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
 static_assert(kStages % kGroups == 0, "a stage serves one consumer group");
 
 // Producer warp: block-table lookups and bulk copies, one tile per ring stage, waiting for the stage's
 // previous tile to be released. Lane i holds the page id of page base + i (and the next 32 in `nxt`), so
-// a lookup is a shuffle; boxes wholly past k_end are not copied (the block table may end there).
-// `cur` and `nxt` arrive preloaded for the first 64 pages of the chunk.
+// a lookup is a shuffle. A tile never straddles a page (chunks start at multiples of 32 rows, pages are
+// multiples of 32): the rows of a last tile past k_end are still in its page, copied and masked by the
+// consumers (scores -inf, V zeros). `cur` and `nxt` arrive preloaded for the first 64 pages of the chunk.
 __device__ __forceinline__ void produce(const CUtensorMap* map, const MlaDecodeArgs& a, int b, int k_start, int k_end,
                                         int n_tiles, uint32_t tiles, uint32_t full0, uint32_t empty0, int lane, int cur,
                                         int nxt) {
@@ -82,34 +81,19 @@ __device__ __forceinline__ void produce(const CUtensorMap* map, const MlaDecodeA
   auto entry = [&](int page) { return page < page_end ? __ldg(table + page) : 0; };
   for (int t = 0; t < n_tiles; ++t) {
     const int st = t % kStages;
-    const int start = k_start + t * kRows;
-    const int boxes = min(kBoxes, (k_end - start + kBox - 1) / kBox);
-    int rows[kBoxes];
-#pragma unroll
-    for (int bx = 0; bx < kBoxes; ++bx) {
-      const int key = min(start + bx * kBox, k_end - 1);  // a box past the end is looked up, never copied
-      const int page = key / ps;
-      while (page - base >= 32) {  // uniform over the warp: keys only grow
-        base += 32;
-        cur = nxt;
-        nxt = entry(base + 32 + lane);
-      }
-      rows[bx] = __shfl_sync(0xffffffffu, cur, page - base) * ps + key % ps;
+    const int key = k_start + t * kRows;
+    const int page = key / ps;
+    while (page - base >= 32) {  // uniform over the warp: keys only grow
+      base += 32;
+      cur = nxt;
+      nxt = entry(base + 32 + lane);
     }
+    const int row = __shfl_sync(0xffffffffu, cur, page - base) * ps + key % ps;
     if (lane == 0) {
       if (t >= kStages) detail::mbar_wait(empty0 + 8 * st, ((t / kStages) - 1) & 1);
       const uint32_t bar = full0 + 8 * st;
-      detail::mbar_expect_tx(bar, static_cast<uint32_t>(boxes * kAtoms * kBox * 128));
-      const uint32_t dst = tiles + st * kTileBytes;
-#pragma unroll
-      for (int bx = 0; bx < kBoxes; ++bx) {
-        if (bx < boxes) {
-#pragma unroll
-          for (int at = 0; at < kAtoms; ++at) {
-            detail::tma_load_2d(dst + at * kAtomBytes + bx * kBox * 128, map, at * 64, rows[bx], bar);
-          }
-        }
-      }
+      detail::mbar_expect_tx(bar, static_cast<uint32_t>(kTileBytes));
+      detail::tma_load_3d(tiles + st * kTileBytes, map, 0, row, 0, bar);
     }
     __syncwarp();
   }

@@ -42,7 +42,7 @@
 namespace kimirt::cuda::mla_kernels::seesaw {
 
 constexpr int kM = 64;                               // head rows per block (unused rows: zeros or discarded)
-constexpr int kT = 32;                               // cache rows per tile (the N of the score wgmmas)
+constexpr int kT = kTileRows;                        // cache rows per tile (the N of the score wgmmas)
 constexpr int kStages = 4;                           // tiles in shared memory
 constexpr int kMinChunk = 4 * kT;                    // at least two tiles per warpgroup (plan_mla_decode)
 constexpr int kConsumers = 256;                      // two warpgroups
