@@ -12,6 +12,7 @@
 #include "kimirt/cuda/gemv.h"
 #include "kimirt/cuda/mla_cache.h"
 #include "kimirt/cuda/quantize_fp8.h"
+#include "kimirt/cuda/rms_norm.h"
 #include "test_util.h"
 
 namespace kimirt::cuda {
@@ -69,6 +70,16 @@ struct Problem {
 std::vector<float> y_as_float(const DeviceBuffer& y, OutType t, int64_t count) {
   if (t == OutType::kF32) return download<float>(y.data(), count);
   return test::from_bf16(download<uint16_t>(y.data(), count));
+}
+
+// Skinny arguments for `batch` strided entries whose tokens' outputs are contiguous (the W_UV layout): x
+// [m, batch, k], w [batch, n, k], bf16 y [m, batch · n].
+SkinnyGemmArgs strided_args(const DeviceBuffer& x, const DeviceBuffer& w, DeviceBuffer& y, int64_t m, int64_t n,
+                            int64_t k, int64_t batch) {
+  SkinnyGemmArgs a{
+      x.as<__nv_bfloat16>(), batch * k, w.as<__nv_bfloat16>(), k, y.data(), OutType::kBF16, batch * n, m, n, k, 0.0f};
+  a.batch = batch, a.stride_x = k, a.stride_w = n * k, a.stride_y = n;
+  return a;
 }
 
 class GemmShapes : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, int64_t>> {};
@@ -177,18 +188,7 @@ TEST(Gemm, SkinnyGateMatchesSigmoidGateMulBitForBit) {
     DeviceBuffer dx = upload(test::to_bf16(x)), dw = upload(test::to_bf16(w)), dg = upload(test::to_bf16(g));
     DeviceBuffer ws(c.workspace + 16);
     DeviceBuffer plain = test::poisoned(c.m * width * 2), gated = test::poisoned(c.m * width * 2);
-    SkinnyGemmArgs a{dx.as<__nv_bfloat16>(),
-                     c.batch * c.k,
-                     dw.as<__nv_bfloat16>(),
-                     c.k,
-                     plain.data(),
-                     OutType::kBF16,
-                     width,
-                     c.m,
-                     c.n,
-                     c.k,
-                     0.0f};
-    a.batch = c.batch, a.stride_x = c.k, a.stride_w = c.n * c.k, a.stride_y = c.n;
+    SkinnyGemmArgs a = strided_args(dx, dw, plain, c.m, c.n, c.k, c.batch);
     skinny_gemm(nullptr, a, c.workspace ? ws.data() : nullptr, c.workspace, sms, c.config);
     sigmoid_gate_mul(nullptr, plain.as<__nv_bfloat16>(), width, dg.as<__nv_bfloat16>(), width, c.m, width);
     a.y = gated.data(), a.gate = dg.as<__nv_bfloat16>();
@@ -211,6 +211,89 @@ TEST(Gemm, SkinnyGateMatchesSigmoidGateMulBitForBit) {
   SkinnyGemmArgs acc{b, 64, b, 64, p.data(), OutType::kBF16, 64, 1, 64, 64, 1.0f};
   acc.gate = b;
   EXPECT_FALSE(skinny_gemm_supported(acc));
+}
+
+// The RMSNorm fused into the MMA kernel (SkinnyGemmArgs::x_norm) against fp64 products of the exactly
+// normed rows: one row (the q_b_proj shape), the WIDE variant (K <= 256), 16 tokens, a shape small enough
+// that K would be split over blocks (a normed call must not be: given workspace, it still is not), and
+// strided batches. The operand bf16(x ⊙ x_norm) and the bf16 output each round once (2^-9 relative), so the
+// bound is that of the bf16 GEMMs, 4e-3. Linear::rms_normed fuses at decode sizes (x_normed untouched)
+// and norms into x_normed before cuBLASLt at M = 64, where it must agree with rms_norm then the product.
+TEST(Gemm, SkinnyFusedRmsNormAgainstReference) {
+  KIMIRT_REQUIRE_GPU();
+  const int sms = query_device(0).sm_count;
+  const float eps = 1e-6f;
+  struct Case {
+    int64_t m, n, k, batch;
+  };
+  for (const Case& c : {Case{1, 1000, 1536, 1}, Case{4, 200, 256, 1}, Case{16, 130, 4096, 1}, Case{2, 64, 8192, 1},
+                        Case{2, 128, 512, 3}}) {
+    const int64_t width = c.batch * c.n;
+    std::vector<float> x = test::random_vec(c.m * c.batch * c.k, 50 + c.n, -2, 2);
+    std::vector<float> w = test::random_vec(c.batch * c.n * c.k, 51 + c.n, -0.05f, 0.05f);
+    std::vector<float> nw = test::random_vec(c.k, 52 + c.n, 0.5f, 1.5f);
+    DeviceBuffer dx = upload(test::to_bf16(x)), dw = upload(test::to_bf16(w)), dn = upload(test::to_bf16(nw));
+    DeviceBuffer ws(16 << 20), dy = test::poisoned(c.m * width * 2);
+    SkinnyGemmArgs a = strided_args(dx, dw, dy, c.m, c.n, c.k, c.batch);
+    a.x_norm = dn.as<__nv_bfloat16>(), a.x_norm_eps = eps;
+    skinny_gemm(nullptr, a, ws.data(), ws.size(), sms);
+    const std::vector<float> y = y_as_float(dy, OutType::kBF16, c.m * width);
+    std::vector<float> ref(y.size());
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t b = 0; b < c.batch; ++b) {
+        const float* xr = x.data() + (i * c.batch + b) * c.k;
+        double ss = 0.0;
+        for (int64_t kk = 0; kk < c.k; ++kk) ss += static_cast<double>(xr[kk]) * xr[kk];
+        const double r = 1.0 / std::sqrt(ss / static_cast<double>(c.k) + eps);
+        for (int64_t j = 0; j < c.n; ++j) {
+          const float* wr = w.data() + (b * c.n + j) * c.k;
+          double acc = 0.0;
+          for (int64_t kk = 0; kk < c.k; ++kk) acc += static_cast<double>(xr[kk]) * r * nw[kk] * wr[kk];
+          ref[i * width + b * c.n + j] = static_cast<float>(acc);
+        }
+      }
+    }
+    EXPECT_LE(test::rel_err(y, ref), 4e-3) << test::shape({c.m, c.n, c.k}) << " batch " << c.batch;
+  }
+
+  // Through Linear: fused at M = 1 (x_normed keeps its poison), rms_norm + cuBLASLt at M = 64.
+  DeviceBuffer lt_ws(32 << 20), sws(16 << 20);
+  GemmLt lt(lt_ws.data(), lt_ws.size());
+  Linear linear(lt, sws.data(), sws.size(), sms);
+  const int64_t n = 320, k = 1536;
+  for (int64_t m : {int64_t{1}, int64_t{64}}) {
+    Problem p(m, n, k, 60);
+    std::vector<float> nw = test::random_vec(k, 61, 0.5f, 1.5f);
+    DeviceBuffer dn = upload(test::to_bf16(nw));
+    DeviceBuffer normed = test::poisoned(m * k * 2), y = test::poisoned(m * n * 2), y_ref = test::poisoned(m * n * 2);
+    DeviceBuffer normed_ref = test::poisoned(m * k * 2);
+    linear.rms_normed(nullptr, p.dx.as<__nv_bfloat16>(), dn.as<__nv_bfloat16>(), eps, normed.as<__nv_bfloat16>(),
+                      p.dw.as<__nv_bfloat16>(), y.data(), OutType::kBF16, m, n, k);
+    rms_norm(nullptr, p.dx.as<__nv_bfloat16>(), k, dn.as<__nv_bfloat16>(), normed_ref.as<__nv_bfloat16>(), k, m, k,
+             eps);
+    linear(nullptr, normed_ref.as<__nv_bfloat16>(), p.dw.as<__nv_bfloat16>(), y_ref.data(), OutType::kBF16, m, n, k);
+    EXPECT_EQ(linear.uses_skinny(m, n, k), m == 1);
+    EXPECT_LE(test::rel_err(y_as_float(y, OutType::kBF16, m * n), y_as_float(y_ref, OutType::kBF16, m * n)), 4e-3)
+        << "m " << m;
+    const auto normed_bits = download<uint16_t>(normed.data(), m * k);
+    const auto poison_bits = download<uint16_t>(test::poisoned(m * k * 2).data(), m * k);
+    if (m == 1) {
+      EXPECT_EQ(normed_bits, poison_bits) << "the fused path leaves x_normed alone";
+    } else {
+      EXPECT_EQ(normed_bits, download<uint16_t>(normed_ref.data(), m * k)) << "the unfused path norms into x_normed";
+    }
+  }
+
+  // Only the MMA kernel takes x_norm; a misaligned one is not supported.
+  DeviceBuffer buf(1 << 16);
+  const __nv_bfloat16* b = buf.as<__nv_bfloat16>();
+  SkinnyGemmArgs normed{b, 64, b, 64, buf.data(), OutType::kBF16, 64, 1, 64, 64, 0.0f};
+  normed.x_norm = b;
+  SkinnyConfig rows;
+  rows.kernel = SkinnyConfig::Kernel::kRows;
+  EXPECT_THROW(skinny_gemm(nullptr, normed, nullptr, 0, sms, rows), Error);
+  normed.x_norm = b + 1;
+  EXPECT_FALSE(skinny_gemm_supported(normed));
 }
 
 // Autotuning keeps one plan per shape and reports it; a plan built inside a graph capture is the heuristic's.

@@ -12,6 +12,7 @@
 #include "kimirt/cuda/fp8_block_gemm.h"
 #include "kimirt/cuda/gemv.h"
 #include "kimirt/cuda/mla_cache.h"  // sigmoid_gate_mul, the gate after cuBLASLt
+#include "kimirt/cuda/rms_norm.h"   // Linear::rms_normed off the skinny path
 
 namespace kimirt::cuda {
 namespace {
@@ -206,6 +207,26 @@ void Linear::operator()(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx
     }
   }
   lt_.linear_bf16(stream, x, ldx, w, ldw, y, y_type, ldy, m, n, k, beta);
+}
+
+void Linear::rms_normed(cudaStream_t stream, const __nv_bfloat16* x, const __nv_bfloat16* norm_weight, float eps,
+                        __nv_bfloat16* x_normed, const __nv_bfloat16* w, void* y, OutType y_type, int64_t m, int64_t n,
+                        int64_t k) {
+  if (m == 0) return;
+  if (uses_skinny(m, n, k)) {
+    SkinnyGemmArgs a{x, k, w, k, y, y_type, n, m, n, k, 0.0f};
+    a.x_norm = norm_weight, a.x_norm_eps = eps;
+    if (skinny_gemm_supported(a)) {
+      // Only the mma kernel takes x_norm: a table's rows-kernel choice is not used here.
+      SkinnyConfig config;
+      const std::optional<SkinnyConfig> listed = m <= 2 ? table_.config(n, k) : std::nullopt;
+      if (listed && listed->kernel == SkinnyConfig::Kernel::kMma) config = *listed;
+      skinny_gemm(stream, a, skinny_workspace_, skinny_workspace_bytes_, sm_count_, config);
+      return;
+    }
+  }
+  rms_norm(stream, x, k, norm_weight, x_normed, k, m, k, eps);
+  (*this)(stream, x_normed, w, y, y_type, m, n, k);
 }
 
 void Linear::fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq,

@@ -78,6 +78,13 @@ class Linear {
     (*this)(stream, x, k, w, k, y, y_type, n, m, n, k, beta);
   }
 
+  // y[m, n] = rms_norm(x) · w[n, k]ᵀ with contiguous operands (x [m, k] normed per row with norm_weight [k]
+  // and eps, as rms_norm does). Where the shape takes the skinny kernel the norm is fused into it
+  // (SkinnyGemmArgs::x_norm: one launch, x_normed untouched); otherwise rms_norm writes x_normed [m, k]
+  // (which may be x itself) and the product reads it.
+  void rms_normed(cudaStream_t stream, const __nv_bfloat16* x, const __nv_bfloat16* norm_weight, float eps,
+                  __nv_bfloat16* x_normed, const __nv_bfloat16* w, void* y, OutType y_type, int64_t m, int64_t n,
+                  int64_t k);
   // Strided batches of y_b = x_b · w_bᵀ (w_b [n, k]); pointers advance by the strides (elements). gate
   // (optional; BF16 y, each token's outputs contiguous: stride_y = n): y = bf16(y · σ(gate)), gate laid out
   // as y, fused into the skinny kernel's store, or sigmoid_gate_mul after cuBLASLt.

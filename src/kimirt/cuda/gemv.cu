@@ -36,7 +36,9 @@ struct Params {
   float beta;
   float* partial;  // [batch, splits, m, n] when splits > 1
   int64_t stride_x, stride_w, stride_y;
-  const bf16* gate;  // optional, as y (SkinnyGemmArgs::gate)
+  const bf16* gate;    // optional, as y (SkinnyGemmArgs::gate)
+  const bf16* x_norm;  // optional RMSNorm weight [k] of x's rows (SkinnyGemmArgs::x_norm; splits == 1)
+  float x_norm_eps;
 };
 
 // gate: BF16 y with beta 0 only (skinny_gemm_supported); the product is rounded to bf16 first, as the
@@ -57,10 +59,13 @@ __device__ __forceinline__ void store_out(void* y, int64_t index, float v, float
 // WIDE (short rows, K <= 256, e.g. the per-head W_UK absorption): each warp owns its own 16 rows over the
 // whole K range, so a block covers 64 rows and its warps need no reduction; otherwise the 4 warps split K
 // for one 16-row tile (more blocks: better for K = 512, where WIDE left too few warps streaming).
-template <int NT, typename OutT, bool WIDE>
+// NORM (p.x_norm, the block covers all of K): the MMA operand is bf16(x ⊙ x_norm) and each lane also sums
+// the squares of the raw x it loads; the block's sums give each token's rms⁻¹, applied to its outputs.
+template <int NT, typename OutT, bool WIDE, bool NORM>
 __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
   constexpr int kCols = 8 * NT;
   __shared__ float red[kWarps][kRows][kCols + 1];
+  __shared__ float sumsq[kWarps][kCols];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2;
@@ -90,13 +95,14 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
   }
 
   float acc[NT][4];
+  float ss[NT];  // NORM: this lane's sum of x² per token
 #pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = ss[j] = 0.0f;
 
   const uint4 zero = make_uint4(0, 0, 0, 0);
   constexpr int kStride = WIDE ? kChunk : kChunk * kWarps;  // between a warp's consecutive chunks
   for (int kk = k_begin + (WIDE ? 0 : kChunk * warp); kk < k_end; kk += kStride * kUnroll) {
-    uint4 wl[kUnroll], wh[kUnroll], xx[kUnroll][NT];
+    uint4 wl[kUnroll], wh[kUnroll], xx[kUnroll][NT], nw[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       // Loads are unconditional (from a clamped, valid address) and masked afterwards, so the compiler
@@ -113,9 +119,25 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
         const uint4 c = detail::ldg16(xr[j] + kc);
         xx[u][j] = (in && xv[j]) ? c : zero;
       }
+      if constexpr (NORM) nw[u] = detail::ldg16(p.x_norm + 8 * t + kc);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
+      if constexpr (NORM) {
+        float wn[8];
+        detail::unpack8(nw[u], wn);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          float f[8];
+          detail::unpack8(xx[u][j], f);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            ss[j] = fmaf(f[e], f[e], ss[j]);
+            f[e] *= wn[e];
+          }
+          xx[u][j] = detail::pack8(f);
+        }
+      }
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         detail::mma_bf16_16816(acc[j], wl[u].x, wh[u].x, wl[u].y, wh[u].y, xx[u][j].x, xx[u][j].y);
@@ -131,6 +153,15 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
     red[warp][g + 8][8 * j + 2 * t] = acc[j][2];
     red[warp][g + 8][8 * j + 2 * t + 1] = acc[j][3];
   }
+  if constexpr (NORM) {
+    // The four lanes of a quad loaded disjoint parts of token g + 8j's chunks.
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], 1);
+      ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], 2);
+      if (t == 0) sumsq[warp][g + 8 * j] = ss[j];
+    }
+  }
   __syncthreads();
   // WIDE: warp w's rows are red[w]; otherwise the tile's rows are the sum over the warps.
   for (int idx = threadIdx.x; idx < (WIDE ? kWarps : 1) * kRows * kCols; idx += kThreads) {
@@ -145,6 +176,17 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
     } else {
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) s += red[w][r][tok];
+    }
+    if constexpr (NORM) {
+      // WIDE: every warp read all of x; otherwise the warps' chunks partition it. The same formula as rms_norm.
+      float q = 0.0f;
+      if (WIDE) {
+        q = sumsq[tile][tok];
+      } else {
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) q += sumsq[w][tok];
+      }
+      s *= 1.0f / sqrtf(q / static_cast<float>(p.k) + p.x_norm_eps);
     }
     if (p.splits == 1) {
       store_out<OutT>(p.y, entry * p.stride_y + static_cast<int64_t>(tok) * p.ldy + row, s, p.beta, p.gate);
@@ -351,14 +393,23 @@ Split choose_split(int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count,
   return {static_cast<int>(splits), static_cast<int>(per)};
 }
 
-template <int NT, bool WIDE>
+template <int NT, bool WIDE, bool NORM>
 void launch(cudaStream_t stream, const Params& p, OutType y_type, dim3 grid) {
   if (y_type == OutType::kF32) {
-    skinny_kernel<NT, float, WIDE><<<grid, kThreads, 0, stream>>>(p);
+    skinny_kernel<NT, float, WIDE, NORM><<<grid, kThreads, 0, stream>>>(p);
   } else {
-    skinny_kernel<NT, bf16, WIDE><<<grid, kThreads, 0, stream>>>(p);
+    skinny_kernel<NT, bf16, WIDE, NORM><<<grid, kThreads, 0, stream>>>(p);
   }
   KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+template <int NT>
+void launch(cudaStream_t stream, const Params& p, OutType y_type, dim3 grid, bool wide) {
+  if (p.x_norm) {
+    wide ? launch<NT, true, true>(stream, p, y_type, grid) : launch<NT, false, true>(stream, p, y_type, grid);
+  } else {
+    wide ? launch<NT, true, false>(stream, p, y_type, grid) : launch<NT, false, false>(stream, p, y_type, grid);
+  }
 }
 
 }  // namespace
@@ -369,7 +420,8 @@ bool skinny_gemm_supported(const SkinnyGemmArgs& a) {
   return a.m >= 1 && a.m <= kSkinnyMaxM && a.n >= 1 && a.n < (1ll << 31) && a.k >= kChunk && a.k % kChunk == 0 &&
          a.k < (1ll << 31) && a.ldx >= a.k && a.ldw >= a.k && a.ldy >= a.n && a.ldx % 8 == 0 && a.ldw % 8 == 0 && a.x &&
          a.w && a.y && detail::aligned16(a.x) && detail::aligned16(a.w) && (a.beta == 0.0f || a.beta == 1.0f) &&
-         batch_ok && (!a.gate || (a.y_type == OutType::kBF16 && a.beta == 0.0f));
+         batch_ok && (!a.gate || (a.y_type == OutType::kBF16 && a.beta == 0.0f)) &&
+         (!a.x_norm || detail::aligned16(a.x_norm));
 }
 
 uint64_t skinny_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_count, int64_t batch) {
@@ -395,11 +447,13 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
   if (a.m == 0) return;
   KIMIRT_CUDA_REQUIRE(skinny_gemm_supported(a), "skinny_gemm: unsupported call m=", a.m, " n=", a.n, " k=", a.k,
                       " ldx=", a.ldx, " ldw=", a.ldw, " ldy=", a.ldy, " beta=", a.beta, " batch=", a.batch,
-                      a.gate ? " gated" : "",
+                      a.gate ? " gated" : "", a.x_norm ? " x_norm" : "",
                       " (needs 1 <= m <= 16, k a multiple of 32, strides multiples of 8, x and w 16-byte aligned, a "
-                      "gate only with bf16 y and beta 0)");
+                      "gate only with bf16 y and beta 0, x_norm 16-byte aligned)");
   SkinnyConfig c = config.kernel == SkinnyConfig::Kernel::kAuto ? skinny_gemm_config(a, sm_count) : config;
+  if (a.x_norm && config.kernel == SkinnyConfig::Kernel::kAuto) c.kernel = SkinnyConfig::Kernel::kMma;
   if (c.kernel != SkinnyConfig::Kernel::kMma) {
+    KIMIRT_CUDA_REQUIRE(!a.x_norm, "skinny_gemm: the rows kernel does not take x_norm (the mma kernel does)");
     KIMIRT_CUDA_REQUIRE(a.batch == 1 && a.m <= 4 && (c.rows_per_warp == 1 || c.rows_per_warp == 2) &&
                             (c.splits == 1 || c.splits == 2 || c.splits == 4 || c.splits == 8),
                         "skinny_gemm: the rows kernel needs batch 1, m <= 4, 1 or 2 rows per warp and 1, 2, 4 or 8 "
@@ -408,7 +462,8 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
     run_rows(stream, a, c);
     return;
   }
-  const Split s = choose_split(a.m, a.n, a.k, a.batch, sm_count, workspace ? workspace_bytes : 0);
+  // A normed call's blocks each need all of K (a token's rms); without workspace choose_split gives one split.
+  const Split s = choose_split(a.m, a.n, a.k, a.batch, sm_count, workspace && !a.x_norm ? workspace_bytes : 0);
   Params p{a.x,
            a.ldx,
            a.w,
@@ -425,15 +480,17 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
            a.stride_x,
            a.stride_w,
            a.stride_y,
-           a.gate};
+           a.gate,
+           a.x_norm,
+           a.x_norm_eps};
   const bool wide = wide_rows(a.k);
   const int64_t rows_per_block = wide ? kRows * kWarps : kRows;
   const dim3 grid(static_cast<unsigned>((a.n + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(s.splits),
                   static_cast<unsigned>(a.batch));
   if (a.m <= 8) {
-    wide ? launch<1, true>(stream, p, a.y_type, grid) : launch<1, false>(stream, p, a.y_type, grid);
+    launch<1>(stream, p, a.y_type, grid, wide);
   } else {
-    wide ? launch<2, true>(stream, p, a.y_type, grid) : launch<2, false>(stream, p, a.y_type, grid);
+    launch<2>(stream, p, a.y_type, grid, wide);
   }
   if (s.splits > 1) {
     const int64_t total = a.m * a.n;

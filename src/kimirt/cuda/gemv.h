@@ -36,6 +36,13 @@ struct SkinnyGemmArgs {
   // stride_y): bit for bit what sigmoid_gate_mul (mla_cache.h) after the plain product gives, without its
   // launch (the MLA output gate fused into W_UV).
   const __nv_bfloat16* gate = nullptr;
+  // Optional RMSNorm of x's rows fused ahead of the product (mma kernel only, K not split over blocks):
+  // y = rms(x)⁻¹ · (bf16(x ⊙ x_norm) · Wᵀ), rms(x) = sqrt(mean(x²) + x_norm_eps) over the row's k values. The
+  // unfused path, rms_norm then the product, rounds bf16(x · rms⁻¹) ⊙ x_norm instead: the two differ by
+  // the rounding of one operand (a bf16 step per term), not by a formula. Saves the norm's launch where the
+  // norm's output feeds only this product (the q_a norm before q_b_proj in an MLA decode step).
+  const __nv_bfloat16* x_norm = nullptr;  // [k], 16-byte aligned
+  float x_norm_eps = 1e-6f;
 };
 
 // Which kernel and split a call uses; skinny_gemm picks it from the shape, the dispatch table (measured)
@@ -48,8 +55,8 @@ struct SkinnyConfig {
 };
 
 // Whether the skinny kernel can run this call (m ≤ 16, k % 32 == 0, row and batch strides of x and w
-// multiples of 8 elements, x and w 16-byte aligned, a gate only with BF16 y and beta 0); the dispatcher
-// falls back to cuBLASLt otherwise.
+// multiples of 8 elements, x, w and x_norm 16-byte aligned, a gate only with BF16 y and beta 0); the
+// dispatcher falls back to cuBLASLt otherwise.
 bool skinny_gemm_supported(const SkinnyGemmArgs& a);
 
 // Bytes of fp32 partial sums the split-K path may need for this shape on `sm_count` SMs.
@@ -58,7 +65,7 @@ uint64_t skinny_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_cou
 // Runs the kernel (throws kimirt::Error naming the field when !skinny_gemm_supported). `workspace` may be
 // null; the split over blocks is then limited to what needs none.
 void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, uint64_t workspace_bytes, int sm_count);
-// The same with the kernel (and its split) forced; the rows kernel needs m ≤ 4 and batch 1.
+// The same with the kernel (and its split) forced; the rows kernel needs m ≤ 4 and batch 1 and takes no x_norm.
 void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, uint64_t workspace_bytes, int sm_count,
                  const SkinnyConfig& config);
 // What skinny_gemm would choose for this call.
