@@ -183,32 +183,42 @@ void mla_suite(Context& ctx) {
         (1536.0 * H + heads * 192.0 * 1536 + 576.0 * H + heads * 256.0 * 512 + heads * 128.0 * H * 2) * 2;
     const double cache = ctx_len * kMlaRow * 2.0;
     const double roof_us = (weights + cache) / (kCopyTBps * 1e12) * 1e6;
-    // The latent and gate branches on a second stream (their own Linear), or everything on one.
-    Stream side_stream;
+    // The latent and gate branches on a second stream (their own Linear) at a lower priority than the step's
+    // stream (as MlaSideStream asks), at the same priority (for comparison), or everything on one stream.
+    int least = 0, greatest = 0;
+    KIMIRT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    Stream main_stream(greatest), low_stream(least), equal_stream(greatest);
+    KIMIRT_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // the weights and the cache were filled there
+    Context on_main = ctx;                                 // time_us times on its context's stream
+    on_main.stream = main_stream;
+    on_main.results.clear();
     DeviceBuffer side_ws(64 << 20), side_sws(16 << 20);
     GemmLt side_lt(side_ws.data(), side_ws.size());
     Linear side_linear(side_lt, side_sws.data(), side_sws.size(), ctx.device.sm_count);
     cudaEvent_t ev[3];
     for (auto& e : ev) KIMIRT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    const MlaSideStream side{side_stream, &side_linear, ev[0], ev[1], ev[2]};
-    for (const MlaSideStream* sp : {static_cast<const MlaSideStream*>(nullptr), &side}) {
+    const MlaSideStream side_low{low_stream, &side_linear, ev[0], ev[1], ev[2]};
+    const MlaSideStream side_equal{equal_stream, &side_linear, ev[0], ev[1], ev[2]};
+    const std::pair<const MlaSideStream*, const char*> variants[] = {
+        {nullptr, ""}, {&side_low, ", 2 streams"}, {&side_equal, ", 2 streams of equal priority"}};
+    for (const auto& [sp, how] : variants) {
       auto step = [&] {
-        mla_decode_step(linear, arena, ctx.stream, dims, w, view, x.as<bf16>(), 1, slot.as<int32_t>(),
+        mla_decode_step(linear, arena, main_stream, dims, w, view, x.as<bf16>(), 1, slot.as<int32_t>(),
                         pc.lens.as<int32_t>(), static_cast<int>(ctx_len), out.as<bf16>(), false, sp);
       };
-      const char* how = sp ? ", 2 streams" : "";
-      const double us = time_us(ctx, step, 2);
+      const double us = time_us(on_main, step, 2);
       ctx.add({"mla", fmt::format("layer decode step B=1 ctx=32k eager{}", how), us, weights + cache, 0,
                fmt::format("{:.2f}x its bytes roofline (target <= 1.3)", us / roof_us)});
-      // The same step replayed from a CUDA graph, as the runtime runs decode (no launch overhead).
+      // The same step replayed from a CUDA graph, as the runtime runs decode (no launch overhead), with the
+      // captured stream priorities.
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
-      KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+      KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(main_stream, cudaStreamCaptureModeThreadLocal));
       step();
-      KIMIRT_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
-      KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      KIMIRT_CUDA_CHECK(cudaStreamEndCapture(main_stream, &graph));
+      KIMIRT_CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
       const double us_graph = time_us(
-          ctx, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream)); }, 2);
+          on_main, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, main_stream)); }, 2);
       ctx.add({"mla", fmt::format("layer decode step B=1 ctx=32k CUDA graph{}", how), us_graph, weights + cache, 0,
                fmt::format("{:.2f}x its bytes roofline (target <= 1.3)", us_graph / roof_us)});
       KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
