@@ -532,25 +532,46 @@ TEST(Gemm, Fp8BlockKernelAgainstDequantizedReference) {
 
 // Linear::fp8 runs the path the table names, and our kernel where cuBLASLt cannot (m % 4 != 0 without
 // scratch): every path's output within one bf16 step of the dequantized product.
+// Linear::fp8 runs the table's path, or ours where cuBLASLt cannot take the call (m = 6 without scratch);
+// which one ran is told by the GemmLt: a fresh one holds a plan only after cuBLASLt ran. A row stride that is
+// not a multiple of 8 is refused by both paths with an error naming ldy.
 TEST(Gemm, Fp8LinearTakesTheTablesPath) {
   KIMIRT_REQUIRE_GPU();
   const DeviceInfo info = query_device(0);
   DeviceBuffer ws(64 << 20), sws(16 << 20);
-  GemmLt lt(ws.data(), ws.size());
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{64, 512, 1536}, {6, 384, 1024}}) {
     const Fp8Problem f(m, n, k, 31);
     for (Fp8Path path : {Fp8Path::kOurs, Fp8Path::kCublasLt}) {
       GemmTable table;
       table.set_fp8(n, k, path);
       ASSERT_EQ(table.fp8_path(n, k), path);
-      Linear linear(lt, sws.data(), sws.size(), info.sm_count, table);
       for (const bool scratch : {true, false}) {
-        DeviceBuffer y = test::poisoned(m * n * 2);
-        DeviceBuffer d(fp8_d_scratch_bytes(m, n) + 16);
-        linear.fp8(nullptr, f.xq.as<uint8_t>(), f.xs.as<float>(), f.wq.as<uint8_t>(), f.wsc.as<float>(),
-                   y.as<__nv_bfloat16>(), n, m, n, k, scratch ? d.data() : nullptr, scratch ? d.size() : 0);
-        EXPECT_EQ(f.deq.bad_outputs(test::from_bf16(download<uint16_t>(y.data(), m * n)), n, m * n), 0)
-            << "Linear::fp8 " << test::shape({m, n, k}) << " path " << fp8_path_name(path) << " scratch " << scratch;
+        for (const int64_t ldy : {n, n + 8, n + 4}) {
+          GemmLt lt(ws.data(), ws.size());
+          Linear linear(lt, sws.data(), sws.size(), info.sm_count, table);
+          DeviceBuffer y = test::poisoned(m * ldy * 2);
+          DeviceBuffer d(fp8_d_scratch_bytes(m, n) + 16);
+          const uint64_t d_bytes = scratch ? d.size() : 0;
+          const std::string what = "Linear::fp8 " + test::shape({m, n, k}) + " ldy " + std::to_string(ldy) + " path " +
+                                   fp8_path_name(path) + " scratch " + std::to_string(scratch);
+          auto run = [&] {
+            linear.fp8(nullptr, f.xq.as<uint8_t>(), f.xs.as<float>(), f.wq.as<uint8_t>(), f.wsc.as<float>(),
+                       y.as<__nv_bfloat16>(), ldy, m, n, k, scratch ? d.data() : nullptr, d_bytes);
+          };
+          if (ldy % 8 != 0) {
+            try {
+              run();
+              ADD_FAILURE() << what << " was accepted";
+            } catch (const Error& e) {
+              EXPECT_NE(std::string(e.what()).find("ldy " + std::to_string(ldy)), std::string::npos) << e.what();
+            }
+            continue;
+          }
+          run();
+          const bool want_lt = path == Fp8Path::kCublasLt && d_bytes >= fp8_d_scratch_bytes(m, n);
+          EXPECT_EQ(lt.cached_plans() > 0, want_lt) << what;
+          EXPECT_EQ(f.deq.bad_outputs(test::from_bf16(download<uint16_t>(y.data(), m * ldy)), ldy, m * n), 0) << what;
+        }
       }
     }
   }

@@ -23,8 +23,7 @@
 #include <cuda.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
+#include <string>
 #include <utility>
 
 #include "kimirt/cuda/async_pipeline.cuh"
@@ -276,30 +275,15 @@ __global__ void __launch_bounds__(fp8g::kThreads, 1)
   }
 }
 
-// How many clusters of `cluster` blocks of the kernel fit on the device at once (a cluster's blocks share a
-// GPC, so with one block per SM this can be below SMs / cluster). Cached per device.
-int max_active_clusters(const void* kernel, int cluster) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, int>, int> cache;
-  int device = 0;
-  KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mutex);
-  auto [it, fresh] = cache.try_emplace({device, cluster}, 0);
-  if (fresh) {
-    cudaLaunchConfig_t cfg{};
-    cudaLaunchAttribute attr[1]{};
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(static_cast<unsigned>(cluster));
-    cfg.blockDim = dim3(fp8g::kThreads);
-    cfg.dynamicSmemBytes = fp8g::kSmemBytes;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    KIMIRT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&it->second, kernel, &cfg));
-  }
-  return it->second;
+// The config's cluster size (0: fp8_block_gemm_cluster's choice), checked against the shape: pairs split the
+// column blocks, so their number must be even. `caller` starts the error message, `context` ends it.
+int resolved_cluster(const Fp8BlockGemmConfig& config, int64_t m, int64_t n, const char* caller,
+                     const std::string& context) {
+  const int cluster = config.cluster == 0 ? fp8_block_gemm_cluster(m, n) : config.cluster;
+  const int64_t num_n = (n + fp8g::kBN - 1) / fp8g::kBN;
+  KIMIRT_CUDA_REQUIRE(cluster == 1 || (cluster == 2 && num_n % 2 == 0), caller, ": cluster ", cluster,
+                      " must be 1, or 2 with an even number of 128-column blocks (", num_n, ") at n ", n, context);
+  return cluster;
 }
 
 }  // namespace
@@ -310,15 +294,14 @@ int fp8_block_gemm_cluster(int64_t /*m*/, int64_t /*n*/) { return 1; }
 
 int fp8_block_gemm_blocks(int64_t m, int64_t n, int max_blocks, Fp8BlockGemmConfig config) {
   using namespace fp8g;
-  const int cluster = config.cluster == 0 ? fp8_block_gemm_cluster(m, n) : config.cluster;
-  KIMIRT_CUDA_REQUIRE(cluster == 1 || (cluster == 2 && (n + kBN - 1) / kBN % 2 == 0), "fp8_block_gemm_blocks: cluster ",
-                      cluster, " must be 1, or 2 with an even number of 128-column blocks (n ", n, ")");
+  const int cluster = resolved_cluster(config, m, n, "fp8_block_gemm_blocks", "");
   const int64_t units = (m + kBM - 1) / kBM * ((n + kBN - 1) / kBN / cluster);
   // Single blocks: max_blocks is the SM count (or fewer) and a block fits on any SM, so all run at once.
   if (cluster == 1) return static_cast<int>(std::min<int64_t>(units, max_blocks));
   const auto kernel = reinterpret_cast<const void*>(fp8_block_gemm_kernel<2, 2>);
   ensure_dynamic_smem(kernel, kSmemBytes);
-  return 2 * static_cast<int>(std::min<int64_t>({units, max_blocks / 2, max_active_clusters(kernel, 2)}));
+  return 2 * static_cast<int>(
+                 std::min<int64_t>({units, max_blocks / 2, max_active_clusters(kernel, 2, kThreads, kSmemBytes)}));
 }
 
 void fp8_block_gemm(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq,
@@ -340,12 +323,10 @@ void fp8_block_gemm(cudaStream_t stream, const uint8_t* xq, const float* x_scale
   const int num_m = static_cast<int>((m + kBM - 1) / kBM), num_n = static_cast<int>((n + kBN - 1) / kBN);
   KIMIRT_CUDA_REQUIRE(static_cast<int64_t>(num_m) * num_n < (int64_t{1} << 31), "fp8_block_gemm: ", num_m, " x ", num_n,
                       " tiles are too many", what());
-  const int cluster = config.cluster == 0 ? fp8_block_gemm_cluster(m, n) : config.cluster;
   const int in_flight = config.in_flight == 0 ? 2 : config.in_flight;
   KIMIRT_CUDA_REQUIRE(in_flight == 1 || in_flight == 2, "fp8_block_gemm: in_flight ", config.in_flight,
                       " must be 1 or 2", what());
-  KIMIRT_CUDA_REQUIRE(cluster == 1 || (cluster == 2 && num_n % 2 == 0), "fp8_block_gemm: cluster ", cluster,
-                      " must be 1, or 2 with an even number of 128-column blocks (", num_n, ")", what());
+  const int cluster = resolved_cluster(config, m, n, "fp8_block_gemm", what());
   KIMIRT_CUDA_REQUIRE(max_blocks >= cluster, "fp8_block_gemm: max_blocks ", max_blocks,
                       " must be at least the cluster ", cluster, what());
   if (m == 0) return;
@@ -382,19 +363,10 @@ void fp8_block_gemm(cudaStream_t stream, const uint8_t* xq, const float* x_scale
   const auto kernel = cluster == 1 ? (two ? fp8_block_gemm_kernel<1, 2> : fp8_block_gemm_kernel<1, 1>)
                                    : (two ? fp8_block_gemm_kernel<2, 2> : fp8_block_gemm_kernel<2, 1>);
   ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1]{};
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = cluster > 1 ? 1 : 0;
-  KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, x_map, w_map, xs_map, ws_map, y_map, num_m, num_n, k_blocks));
+  LaunchConfig launch(dim3(static_cast<unsigned>(grid)), kThreads, kSmemBytes, stream);
+  launch.cluster(cluster);
+  KIMIRT_CUDA_CHECK(
+      cudaLaunchKernelEx(launch.get(), kernel, x_map, w_map, xs_map, ws_map, y_map, num_m, num_n, k_blocks));
 }
 
 }  // namespace kimirt::cuda

@@ -232,9 +232,10 @@ void Linear::rms_normed(cudaStream_t stream, const __nv_bfloat16* x, const __nv_
 void Linear::fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq,
                  const float* w_scales, __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k, void* d_scratch,
                  uint64_t d_scratch_bytes) {
-  // Our kernel also takes the shapes cuBLASLt refuses (n % 16 != 0, m % 4 != 0 without scratch).
+  // Ours also takes what cuBLASLt refuses (n % 16 != 0, m % 4 != 0 without scratch). Nothing goes the other
+  // way: cuBLASLt refuses ldy % 8 != 0 as ours does (its heuristic answers NOT_SUPPORTED on the H200).
   const bool ours =
-      table_.fp8_path(n, k) == Fp8Path::kOurs || n % 16 != 0 || (d_scratch_bytes < fp8_d_scratch_bytes(m, n));
+      table_.fp8_path(n, k) == Fp8Path::kOurs || n % 16 != 0 || d_scratch_bytes < fp8_d_scratch_bytes(m, n);
   if (ours) {
     fp8_block_gemm(stream, xq, x_scales, wq, w_scales, y, ldy, m, n, k, sm_count_);
   } else {

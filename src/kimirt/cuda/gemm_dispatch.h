@@ -93,10 +93,9 @@ class Linear {
                int64_t n, int64_t k, int64_t batch, const __nv_bfloat16* gate = nullptr);
 
   // y[m, n] (BF16, ldy) = dequant(xq) · dequant(wq)ᵀ, operands and scales as for GemmLt::linear_fp8, by the
-  // path the table names for [n, k]; our kernel also runs what cuBLASLt cannot take (n % 16 != 0, or
-  // m % 4 != 0 without d_scratch of fp8_d_scratch_bytes). Ours needs n % 8 == 0, ldy % 8 == 0 and y and
-  // both scale tensors 16-byte aligned: a call that only cuBLASLt could take still goes to ours (and throws).
-  // No layer calls this yet (the model's FP8 weights are not on the GPU path).
+  // path the table names for [n, k]; ours also runs what cuBLASLt cannot take (n % 16 != 0, or m % 4 != 0
+  // without d_scratch of fp8_d_scratch_bytes). Both need ldy % 8 == 0; ours also n % 8 == 0 and 16-byte
+  // aligned operands. No layer calls this yet (the model's FP8 weights are not on the GPU path).
   void fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq, const float* w_scales,
            __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k, void* d_scratch, uint64_t d_scratch_bytes);
 

@@ -309,7 +309,9 @@ void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_s
   KIMIRT_CUDA_REQUIRE(k % 128 == 0, "linear_fp8: k ", k, " must be a multiple of 128 (one scale per 128 inputs) in ",
                       what);
   KIMIRT_CUDA_REQUIRE(n % 16 == 0, "linear_fp8: n ", n, " must be a multiple of 16 in ", what);
-  KIMIRT_CUDA_REQUIRE(ldy >= n, "linear_fp8: ldy ", ldy, " < n in ", what);
+  // The block-scaled kernels take no row stride that is not a whole number of 16-byte chunks (the heuristic
+  // answers NOT_SUPPORTED, H200, cuBLASLt of CUDA 13).
+  KIMIRT_CUDA_REQUIRE(ldy >= n && ldy % 8 == 0, "linear_fp8: ldy ", ldy, " must be >= n and a multiple of 8 in ", what);
   const int64_t m_pad = fp8_pad_m(m);
   const bool direct = m_pad == m;
   if (!direct) {

@@ -421,24 +421,6 @@ CUtensorMap cached_map(const MapKey& key, Make make) {
   return map;
 }
 
-// A launch configuration, with the programmatic-serialization attribute (PDL) when `overlap`.
-struct Launch {
-  cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute attr[1]{};
-  Launch(dim3 grid, int threads, int smem, cudaStream_t stream, bool overlap) {
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(static_cast<unsigned>(threads));
-    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-    cfg.stream = stream;
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = overlap ? 1 : 0;
-  }
-  Launch(const Launch&) = delete;  // cfg.attrs points into this object
-  Launch& operator=(const Launch&) = delete;
-};
-
 uint64_t part_bytes(int batch, int splits, int heads) {
   return (static_cast<uint64_t>(batch) * splits * heads * kMlaLatent * 2 + 255) / 256 * 256;
 }
@@ -561,28 +543,32 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
   if (mma16) {
     namespace k = mla_kernels::mma16;
     ensure_dynamic_smem(reinterpret_cast<const void*>(&k::mla_decode_mma16_kernel), k::kSmemBytes);
-    Launch l(grid, k::kThreads, k::kSmemBytes, stream, a.overlap_previous);
-    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, k::mla_decode_mma16_kernel, tile_map(), p));
+    LaunchConfig l(grid, k::kThreads, k::kSmemBytes, stream);
+    KIMIRT_CUDA_CHECK(
+        cudaLaunchKernelEx(l.overlap_previous(a.overlap_previous).get(), k::mla_decode_mma16_kernel, tile_map(), p));
   } else {
     const CUtensorMap q_map = cached_map({1, reinterpret_cast<uintptr_t>(a.q), a.heads, a.batch, a.ld_q},
                                          [&] { return q_tensor_map(a.q, a.heads, a.batch, a.ld_q); });
     if (plan.kernel == MlaDecodeKernel::kSeesaw) {
       namespace k = mla_kernels::seesaw;
       ensure_dynamic_smem(reinterpret_cast<const void*>(&k::mla_decode_seesaw_kernel), k::kSmemBytes);
-      Launch l(grid, k::kThreads, k::kSmemBytes, stream, a.overlap_previous);
-      KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, k::mla_decode_seesaw_kernel, tile_map(), q_map, p));
+      LaunchConfig l(grid, k::kThreads, k::kSmemBytes, stream);
+      KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(l.overlap_previous(a.overlap_previous).get(), k::mla_decode_seesaw_kernel,
+                                           tile_map(), q_map, p));
     } else {
       ensure_dynamic_smem(reinterpret_cast<const void*>(&mla_decode_kernel), kSmemBytes);
-      Launch l(grid, kThreads, kSmemBytes, stream, a.overlap_previous);
-      KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, mla_decode_kernel, box_map(), q_map, p));
+      LaunchConfig l(grid, kThreads, kSmemBytes, stream);
+      KIMIRT_CUDA_CHECK(
+          cudaLaunchKernelEx(l.overlap_previous(a.overlap_previous).get(), mla_decode_kernel, box_map(), q_map, p));
     }
   }
   if (plan.splits > 1) {
     // Always a programmatic dependent of the attention grid (which triggers at its start).
-    Launch l(dim3(static_cast<unsigned>(a.heads), kMlaLatent / kMergeCols, static_cast<unsigned>(a.batch)), 256, 0,
-             stream, true);
-    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(&l.cfg, mla_decode_merge_kernel, static_cast<const bf16*>(p.o_part),
-                                         static_cast<const float*>(p.lse), plan.splits, a.heads, a.out, a.ld_out));
+    LaunchConfig l(dim3(static_cast<unsigned>(a.heads), kMlaLatent / kMergeCols, static_cast<unsigned>(a.batch)), 256,
+                   0, stream);
+    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(l.overlap_previous().get(), mla_decode_merge_kernel,
+                                         static_cast<const bf16*>(p.o_part), static_cast<const float*>(p.lse),
+                                         plan.splits, a.heads, a.out, a.ld_out));
   }
 }
 
