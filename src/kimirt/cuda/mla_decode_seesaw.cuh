@@ -145,9 +145,12 @@ struct Consumer {
     float2* rows = row_slots + (tile & 1) * kM;
     // The other group issues the scores of its next own tile: they run while the owner's softmax does, as
     // does the owner's P · V of the last tile (still in flight: its wait comes only before this tile's).
-    detail::wgmma_fence();
-    if (!kOwn && tile >= 1 && tile + 1 < n_tiles) issue_scores_of(s, tile + 1);
-    detail::wgmma_commit();
+    // The owner commits no group here: an empty one costs a placeholder wgmma per tile.
+    if constexpr (!kOwn) {
+      detail::wgmma_fence();
+      if (tile >= 1 && tile + 1 < n_tiles) issue_scores_of(s, tile + 1);
+      detail::wgmma_commit();
+    }
     float rowsum[2] = {0.0f, 0.0f};  // of this tile's P, in its owner
     if constexpr (kOwn) {
       const int valid = min(kT, k_end - (k_start + tile * kT));
