@@ -6,9 +6,6 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "kimirt/cuda/async_pipeline.cuh"
 #include "kimirt/cuda/attn_res.h"
@@ -438,25 +435,16 @@ void launch_per_token(cudaStream_t stream, const LaunchArgs& a, int smem) {
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 
-// Clusters of this kernel that fit on the current device at once with `smem` bytes each (cached: the query
-// is a driver round trip).
+// Clusters of this kernel (its two-block shape is compiled in) that fit on the current device at once with
+// `smem` bytes each.
 int resident_clusters(const void* kernel, int smem) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, const void*, int>, int> cache;
-  int device = 0;
-  KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(device, kernel, smem);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(2 * 1024);
-  config.blockDim = dim3(kPipeThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  int clusters = 0;
-  KIMIRT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-  KIMIRT_CUDA_REQUIRE(clusters > 0, "attn_res_mix_norm: no two-block cluster with ", smem,
-                      " bytes of shared memory per block fits on device ", device);
-  cache.emplace(key, clusters);
+  const int clusters = max_active_clusters(kernel, 1, kPipeThreads, smem);
+  if (clusters <= 0) {
+    int device = 0;
+    KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
+    KIMIRT_CUDA_REQUIRE(false, "attn_res_mix_norm: no two-block cluster with ", smem,
+                        " bytes of shared memory per block fits on device ", device);
+  }
   return clusters;
 }
 

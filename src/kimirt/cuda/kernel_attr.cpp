@@ -67,7 +67,8 @@ int max_active_clusters(const void* kernel, int blocks, int threads, int smem) {
   std::lock_guard<std::mutex> lock(mu);
   auto [it, fresh] = cache.try_emplace({device, kernel, blocks, threads, smem}, 0);
   if (fresh) {
-    LaunchConfig config(dim3(static_cast<unsigned>(blocks)), threads, smem, nullptr);
+    // A grid of 1024 clusters of `blocks`: whole clusters of a compiled-in shape too (up to 1024 blocks).
+    LaunchConfig config(dim3(static_cast<unsigned>(blocks) * 1024), threads, smem, nullptr);
     config.cluster(blocks);
     const cudaError_t err = cudaOccupancyMaxActiveClusters(&it->second, kernel, config.get());
     if (err != cudaSuccess) cache.erase(it);

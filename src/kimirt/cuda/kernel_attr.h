@@ -35,7 +35,8 @@ class LaunchConfig {
 
 // Clusters of `blocks` blocks of `kernel` (threads and dynamic shared memory per block) that can be resident
 // at once on the current device: a cluster must fit on one GPC, so with one block per SM this can be below
-// SMs / blocks. Cached per (device, kernel, blocks, threads, smem); throws when the query fails.
+// SMs / blocks. blocks = 1 for a kernel whose cluster shape is compiled in (__cluster_dims__): the query
+// takes it from the kernel. Cached per (device, kernel, blocks, threads, smem); throws when the query fails.
 int max_active_clusters(const void* kernel, int blocks, int threads, int smem);
 
 }  // namespace kimirt::cuda

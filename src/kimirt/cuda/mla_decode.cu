@@ -540,26 +540,23 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
   };
   const dim3 grid(static_cast<unsigned>(plan.head_groups), static_cast<unsigned>(plan.splits),
                   static_cast<unsigned>(a.batch));
+  // One block per (head group, chunk, sequence), started early under overlap_previous.
+  auto launch = [&](auto kernel, int threads, int smem, const auto&... args) {
+    ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+    LaunchConfig l(grid, threads, smem, stream);
+    KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(l.overlap_previous(a.overlap_previous).get(), kernel, args...));
+  };
   if (mma16) {
     namespace k = mla_kernels::mma16;
-    ensure_dynamic_smem(reinterpret_cast<const void*>(&k::mla_decode_mma16_kernel), k::kSmemBytes);
-    LaunchConfig l(grid, k::kThreads, k::kSmemBytes, stream);
-    KIMIRT_CUDA_CHECK(
-        cudaLaunchKernelEx(l.overlap_previous(a.overlap_previous).get(), k::mla_decode_mma16_kernel, tile_map(), p));
+    launch(k::mla_decode_mma16_kernel, k::kThreads, k::kSmemBytes, tile_map(), p);
   } else {
     const CUtensorMap q_map = cached_map({1, reinterpret_cast<uintptr_t>(a.q), a.heads, a.batch, a.ld_q},
                                          [&] { return q_tensor_map(a.q, a.heads, a.batch, a.ld_q); });
     if (plan.kernel == MlaDecodeKernel::kSeesaw) {
       namespace k = mla_kernels::seesaw;
-      ensure_dynamic_smem(reinterpret_cast<const void*>(&k::mla_decode_seesaw_kernel), k::kSmemBytes);
-      LaunchConfig l(grid, k::kThreads, k::kSmemBytes, stream);
-      KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(l.overlap_previous(a.overlap_previous).get(), k::mla_decode_seesaw_kernel,
-                                           tile_map(), q_map, p));
+      launch(k::mla_decode_seesaw_kernel, k::kThreads, k::kSmemBytes, tile_map(), q_map, p);
     } else {
-      ensure_dynamic_smem(reinterpret_cast<const void*>(&mla_decode_kernel), kSmemBytes);
-      LaunchConfig l(grid, kThreads, kSmemBytes, stream);
-      KIMIRT_CUDA_CHECK(
-          cudaLaunchKernelEx(l.overlap_previous(a.overlap_previous).get(), mla_decode_kernel, box_map(), q_map, p));
+      launch(mla_decode_kernel, kThreads, kSmemBytes, box_map(), q_map, p);
     }
   }
   if (plan.splits > 1) {
