@@ -197,10 +197,18 @@ void mla_suite(Context& ctx) {
     Linear side_linear(side_lt, side_sws.data(), side_sws.size(), ctx.device.sm_count);
     cudaEvent_t ev[3];
     for (auto& e : ev) KIMIRT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    // The side stream's gate projection keeps mla_gate_sms's share of the SMs (the attention runs on the
+    // rest), or shares every SM (for comparison).
     const MlaSideStream side_low{low_stream, &side_linear, ev[0], ev[1], ev[2]};
     const MlaSideStream side_equal{equal_stream, &side_linear, ev[0], ev[1], ev[2]};
-    const std::pair<const MlaSideStream*, const char*> variants[] = {
-        {nullptr, ""}, {&side_low, ", 2 streams"}, {&side_equal, ", 2 streams of equal priority"}};
+    MlaSideStream side_low_shared = side_low;
+    side_low_shared.gate_sms = 0;
+    const std::string kept = fmt::format(", gate on {} SMs", mla_gate_sms(ctx.device.sm_count, heads, 1));
+    const std::pair<const MlaSideStream*, std::string> variants[] = {
+        {nullptr, ""},
+        {&side_low, ", 2 streams" + kept},
+        {&side_low_shared, ", 2 streams, gate on every SM"},
+        {&side_equal, ", 2 streams of equal priority" + kept}};
     for (const auto& [sp, how] : variants) {
       auto step = [&] {
         mla_decode_step(linear, arena, main_stream, dims, w, view, x.as<bf16>(), 1, slot.as<int32_t>(),

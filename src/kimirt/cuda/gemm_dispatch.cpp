@@ -209,6 +209,20 @@ void Linear::operator()(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx
   lt_.linear_bf16(stream, x, ldx, w, ldw, y, y_type, ldy, m, n, k, beta);
 }
 
+bool Linear::on_sms(cudaStream_t stream, const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, OutType y_type,
+                    int64_t m, int64_t n, int64_t k, int sms) {
+  KIMIRT_CHECK(sms > 0, "Linear::on_sms: sms {} must be positive", sms);
+  const SkinnyGemmArgs a{x, k, w, k, y, y_type, n, m, n, k, 0.0f};
+  if (m == 0 || m > 4 || !skinny_gemm_supported(a)) return false;
+  SkinnyConfig c = skinny_gemm_config(a, sm_count_);
+  if (c.kernel != SkinnyConfig::Kernel::kRows) return false;
+  // Whole rows per warp: the persistent grid takes no split of K.
+  c.splits = 1;
+  c.max_blocks = sms;
+  skinny_gemm(stream, a, nullptr, 0, sm_count_, c);
+  return true;
+}
+
 void Linear::rms_normed(cudaStream_t stream, const __nv_bfloat16* x, const __nv_bfloat16* norm_weight, float eps,
                         __nv_bfloat16* x_normed, const __nv_bfloat16* w, void* y, OutType y_type, int64_t m, int64_t n,
                         int64_t k) {

@@ -217,6 +217,7 @@ __global__ void skinny_reduce_kernel(const float* __restrict__ partial, int spli
 
 constexpr int kRowsThreads = 256;
 constexpr int kRowsWarps = kRowsThreads / 32;
+constexpr int kRowsPersistentThreads = 1024;
 
 struct RowsParams {
   const bf16* x;
@@ -232,20 +233,13 @@ struct RowsParams {
   const bf16* gate;  // optional, as y (SkinnyGemmArgs::gate)
 };
 
-template <int NM, int R, typename OutT>
-__global__ void __launch_bounds__(kRowsThreads) gemv_rows_kernel(RowsParams p) {
+// One warp's R x NM dot products over k in [kb, ke) of rows row0 .. row0 + R - 1, summed over the warp.
+template <int NM, int R>
+__device__ __forceinline__ void rows_dot(const RowsParams& p, int row0, int kb, int ke, int lane, float (&acc)[R][NM]) {
   constexpr int U = 8 / R;  // 16-byte loads per row per lane in flight: R * U = 8
-  __shared__ float red[kRowsWarps][R * NM];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int unit = blockIdx.x * kRowsWarps + warp;
-  const int group = unit / p.splits, split = unit % p.splits;
-  const int row0 = group * R;
-  const int kb = split * p.k_per_split;
-  const int ke = min(p.k, kb + p.k_per_split);
   const bf16* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) wr[r] = p.w + static_cast<int64_t>(min(row0 + r, p.n - 1)) * p.ldw;
-  float acc[R][NM];
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -291,25 +285,10 @@ __global__ void __launch_bounds__(kRowsThreads) gemv_rows_kernel(RowsParams p) {
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int t = 0; t < NM; ++t) acc[r][t] = detail::warp_sum(acc[r][t]);
-  if (p.splits > 1) {
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int t = 0; t < NM; ++t) red[warp][r * NM + t] = acc[r][t];
-    }
-    __syncthreads();
-    if (split != 0) return;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int t = 0; t < NM; ++t) {
-        float s = 0.0f;
-        for (int j = 0; j < p.splits; ++j) s += red[warp + j][r * NM + t];
-        acc[r][t] = s;
-      }
-  }
-  if (group * R >= p.n) return;
+}
+
+template <int NM, int R, typename OutT>
+__device__ __forceinline__ void rows_store(const RowsParams& p, int row0, int lane, const float (&acc)[R][NM]) {
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -321,12 +300,59 @@ __global__ void __launch_bounds__(kRowsThreads) gemv_rows_kernel(RowsParams p) {
     }
 }
 
+template <int NM, int R, typename OutT, int THREADS>
+__global__ void __launch_bounds__(THREADS) gemv_rows_kernel(RowsParams p) {
+  constexpr int kW = THREADS / 32;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float acc[R][NM];
+  if (p.splits == 1) {
+    // Warps take row groups strided over the grid: one each when the grid covers them, several when
+    // SkinnyConfig::max_blocks caps the grid.
+    for (int row0 = (blockIdx.x * kW + warp) * R; row0 < p.n; row0 += gridDim.x * kW * R) {
+      rows_dot<NM, R>(p, row0, 0, p.k, lane, acc);
+      rows_store<NM, R, OutT>(p, row0, lane, acc);
+    }
+    return;
+  }
+  // K split over `splits` adjacent warps of the block, joined in shared memory.
+  __shared__ float red[kW][R * NM];
+  const int unit = blockIdx.x * kW + warp;
+  const int split = unit % p.splits, row0 = unit / p.splits * R;
+  const int kb = split * p.k_per_split;
+  rows_dot<NM, R>(p, row0, kb, min(p.k, kb + p.k_per_split), lane, acc);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int t = 0; t < NM; ++t) red[warp][r * NM + t] = acc[r][t];
+  }
+  __syncthreads();
+  if (split != 0 || row0 >= p.n) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int t = 0; t < NM; ++t) {
+      float s = 0.0f;
+      for (int j = 0; j < p.splits; ++j) s += red[warp + j][r * NM + t];
+      acc[r][t] = s;
+    }
+  rows_store<NM, R, OutT>(p, row0, lane, acc);
+}
+
+// persistent: the capped grid's 1024-thread blocks (SkinnyConfig::max_blocks); the kernel's registers
+// (above 32 per thread) then fill an SM, so each block has one to itself.
 template <int NM, int R>
-void launch_rows(cudaStream_t stream, const RowsParams& p, OutType y_type, unsigned blocks) {
-  if (y_type == OutType::kF32) {
-    gemv_rows_kernel<NM, R, float><<<blocks, kRowsThreads, 0, stream>>>(p);
+void launch_rows(cudaStream_t stream, const RowsParams& p, OutType y_type, unsigned blocks, bool persistent) {
+  if (persistent) {
+    if (y_type == OutType::kF32) {
+      gemv_rows_kernel<NM, R, float, kRowsPersistentThreads><<<blocks, kRowsPersistentThreads, 0, stream>>>(p);
+    } else {
+      gemv_rows_kernel<NM, R, bf16, kRowsPersistentThreads><<<blocks, kRowsPersistentThreads, 0, stream>>>(p);
+    }
+  } else if (y_type == OutType::kF32) {
+    gemv_rows_kernel<NM, R, float, kRowsThreads><<<blocks, kRowsThreads, 0, stream>>>(p);
   } else {
-    gemv_rows_kernel<NM, R, bf16><<<blocks, kRowsThreads, 0, stream>>>(p);
+    gemv_rows_kernel<NM, R, bf16, kRowsThreads><<<blocks, kRowsThreads, 0, stream>>>(p);
   }
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
@@ -360,16 +386,19 @@ void run_rows(cudaStream_t stream, const SkinnyGemmArgs& a, SkinnyConfig c) {
   p.k_per_split = static_cast<int>((a.k / c.splits + 7) / 8 * 8);
   const int64_t groups = (a.n + c.rows_per_warp - 1) / c.rows_per_warp;
   const int64_t warps = groups * c.splits;
-  const unsigned blocks = static_cast<unsigned>((warps + kRowsWarps - 1) / kRowsWarps);
+  const bool persistent = c.max_blocks > 0;
+  const int warps_per_block = persistent ? kRowsPersistentThreads / 32 : kRowsWarps;
+  unsigned blocks = static_cast<unsigned>((warps + warps_per_block - 1) / warps_per_block);
+  if (persistent) blocks = std::min(blocks, static_cast<unsigned>(c.max_blocks));
   const int nm = a.m == 1 ? 1 : (a.m == 2 ? 2 : 4);
   if (c.rows_per_warp == 1) {
-    if (nm == 1) launch_rows<1, 1>(stream, p, a.y_type, blocks);
-    if (nm == 2) launch_rows<2, 1>(stream, p, a.y_type, blocks);
-    if (nm == 4) launch_rows<4, 1>(stream, p, a.y_type, blocks);
+    if (nm == 1) launch_rows<1, 1>(stream, p, a.y_type, blocks, persistent);
+    if (nm == 2) launch_rows<2, 1>(stream, p, a.y_type, blocks, persistent);
+    if (nm == 4) launch_rows<4, 1>(stream, p, a.y_type, blocks, persistent);
   } else {
-    if (nm == 1) launch_rows<1, 2>(stream, p, a.y_type, blocks);
-    if (nm == 2) launch_rows<2, 2>(stream, p, a.y_type, blocks);
-    if (nm == 4) launch_rows<4, 2>(stream, p, a.y_type, blocks);
+    if (nm == 1) launch_rows<1, 2>(stream, p, a.y_type, blocks, persistent);
+    if (nm == 2) launch_rows<2, 2>(stream, p, a.y_type, blocks, persistent);
+    if (nm == 4) launch_rows<4, 2>(stream, p, a.y_type, blocks, persistent);
   }
 }
 
@@ -455,10 +484,12 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
   if (c.kernel != SkinnyConfig::Kernel::kMma) {
     KIMIRT_CUDA_REQUIRE(!a.x_norm, "skinny_gemm: the rows kernel does not take x_norm (the mma kernel does)");
     KIMIRT_CUDA_REQUIRE(a.batch == 1 && a.m <= 4 && (c.rows_per_warp == 1 || c.rows_per_warp == 2) &&
-                            (c.splits == 1 || c.splits == 2 || c.splits == 4 || c.splits == 8),
-                        "skinny_gemm: the rows kernel needs batch 1, m <= 4, 1 or 2 rows per warp and 1, 2, 4 or 8 "
-                        "splits (got batch ",
-                        a.batch, ", m ", a.m, ", ", c.rows_per_warp, " rows, ", c.splits, " splits)");
+                            (c.splits == 1 || c.splits == 2 || c.splits == 4 || c.splits == 8) && c.max_blocks >= 0 &&
+                            (c.max_blocks == 0 || c.splits == 1),
+                        "skinny_gemm: the rows kernel needs batch 1, m <= 4, 1 or 2 rows per warp, 1, 2, 4 or 8 "
+                        "splits and max_blocks >= 0, with one split when max_blocks caps the grid (got batch ",
+                        a.batch, ", m ", a.m, ", ", c.rows_per_warp, " rows, ", c.splits, " splits, max_blocks ",
+                        c.max_blocks, ")");
     run_rows(stream, a, c);
     return;
   }

@@ -54,6 +54,18 @@ void o_proj(Linear& linear, cudaStream_t stream, const MlaLayerDims& d, const Ml
 
 }  // namespace
 
+int mla_gate_sms(int sm_count, int64_t heads, int64_t batch) {
+  // Measured on the H200 (B=1, 32k, 96 heads, graph, 2 streams; one machine, runs alternated) with 0 / 40 /
+  // 44 / 48 / 52 / 56 / 60 of the 132 SMs kept by the gate: 160.8-162.2 / 166 / 167 / 155.0-158.3 / 156.8-157.1
+  // / 158-159 / 160 us. One 1024-thread block streams about 45 GB/s (as fast as a ring of 13 bulk-copied rows
+  // in 190 KB of shared memory did), so with fewer SMs the gate's 176 MB are not read when the attention
+  // ends (W_UV waits for them), and more SMs taken slow the attention, whose time grows as its SMs shrink.
+  // With fewer heads per GPU the attention is memory-bound: the gate's bytes then gain nothing beside it.
+  // Past batch 2 the gate is not a rows-kernel GEMV (Linear::on_sms declines).
+  if (heads <= kMlaWgmmaHeads || batch > 2) return 0;
+  return sm_count * 48 / 132;
+}
+
 void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& d,
                      const MlaLayerWeights& w, const MlaCacheView& cache, const bf16* x, int64_t batch,
                      const int32_t* slots, const int32_t* seq_lens, int max_seq_len, bf16* out, bool accumulate,
@@ -62,6 +74,9 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   if (side) {
     KIMIRT_CHECK(side->stream && side->linear && side->fork && side->kv_ready && side->gate_ready,
                  "MLA decode: the side stream needs a stream, its own Linear and three events");
+    KIMIRT_CHECK(side->gate_sms >= kMlaGateSmsAuto && side->gate_sms < linear.sm_count(),
+                 "MLA decode: gate_sms {} must be -1 (auto), 0 or fewer than the {} SMs", side->gate_sms,
+                 linear.sm_count());
   }
   if (batch == 0) return;
   const uint64_t mark = arena.mark();
@@ -72,8 +87,16 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
     lin(s, x, w.kv_a_proj, kv_a, OutType::kBF16, batch, kMlaRow, d.hidden);
     mla_kv_norm_append(s, kv_a, kMlaRow, w.kv_a_norm, d.latent_norm_eps, slots, batch, cache.cache, nullptr, 0);
   };
+  // On the side stream the gate projection may keep a share of the SMs (MlaSideStream::gate_sms): the
+  // attention is then planned for the others, and the two run side by side.
+  const int gate_sms =
+      side && g ? (side->gate_sms < 0 ? mla_gate_sms(linear.sm_count(), d.heads, batch) : side->gate_sms) : 0;
+  bool gate_kept = false;  // the gate projection runs on gate_sms SMs
   auto gate_branch = [&](Linear& lin, cudaStream_t s) {
-    if (g) lin(s, x, w.g_proj, g, OutType::kBF16, batch, d.heads * kV, d.hidden);
+    if (!g) return;
+    if (gate_sms > 0)
+      gate_kept = lin.on_sms(s, x, w.g_proj, g, OutType::kBF16, batch, d.heads * kV, d.hidden, gate_sms);
+    if (!gate_kept) lin(s, x, w.g_proj, g, OutType::kBF16, batch, d.heads * kV, d.hidden);
   };
   if (side) {
     KIMIRT_CUDA_CHECK(cudaEventRecord(side->fork, stream));
@@ -102,8 +125,8 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
                              OutType::kBF16, d.heads * kMlaRow, kMlaRow, batch, kMlaLatent, kNope, d.heads);
   }
 
-  const MlaDecodePlan plan =
-      plan_mla_decode(static_cast<int>(batch), static_cast<int>(d.heads), max_seq_len, linear.sm_count());
+  const MlaDecodePlan plan = plan_mla_decode(static_cast<int>(batch), static_cast<int>(d.heads), max_seq_len,
+                                             linear.sm_count() - (gate_kept ? gate_sms : 0));
   void* ws = plan.workspace_bytes ? arena.allocate_step(plan.workspace_bytes, "mla.decode_partials") : nullptr;
   bf16* o_lat = arena.step<bf16>(batch * d.heads * kMlaLatent, "mla.o_latent");
   MlaDecodeArgs a;

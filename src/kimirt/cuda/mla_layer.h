@@ -53,13 +53,25 @@ struct MlaCacheView {
 // captured priorities only when instantiated with cudaGraphInstantiateFlagUseNodePriority. (H200, B=1, 32k,
 // graph, three runs each: 154.8-155.6 us against 157.1-158.1 at equal priorities; on another machine
 // 153.7-154.1 against 157.5-161.8.)
+//
+// The gate projection (one long GEMV at decode batches) may keep `gate_sms` SMs for itself (Linear::on_sms)
+// while the attention is planned for the others: where the attention is compute-bound (many heads per
+// GPU) the two then overlap, the gate's bytes streaming while the attention computes, instead of the gate
+// competing with the q path for bandwidth before it. kMlaGateSmsAuto takes mla_gate_sms's measured choice.
+inline constexpr int kMlaGateSmsAuto = -1;
 struct MlaSideStream {
   cudaStream_t stream = nullptr;
   Linear* linear = nullptr;
   cudaEvent_t fork = nullptr;        // main -> side: x is ready
   cudaEvent_t kv_ready = nullptr;    // side -> main: the new cache rows are written
   cudaEvent_t gate_ready = nullptr;  // side -> main: the gate projection is done
+  int gate_sms = kMlaGateSmsAuto;    // SMs kept by the gate projection (0: none; below the device's count)
 };
+
+// The SMs a decode step's gate projection keeps beside the attention (MlaSideStream::gate_sms), measured on
+// the H200: 48 of 132 at 96 heads per GPU and batch 1; none where the attention is memory-bound (at most 64
+// heads per GPU) or the batch exceeds 2.
+int mla_gate_sms(int sm_count, int64_t heads, int64_t batch);
 
 // Decode: one new token per sequence. x [batch, hidden] (the normed layer input), slots [batch] (device:
 // cache slot of each new token), seq_lens [batch] (device, including the new token), max_seq_len (host
