@@ -168,45 +168,48 @@ TEST(Gemm, RowsKernelOnFewSms) {
   DeviceBuffer ws(8 << 20), sws(8 << 20);
   GemmLt lt(ws.data(), ws.size());
   Linear linear(lt, sws.data(), sws.size(), info.sm_count);
-  for (auto [m, n, k] : {std::make_tuple<int64_t, int64_t, int64_t>(1, 3001, 7168), {2, 577, 4096}}) {
-    Problem p(m, n, k, static_cast<uint32_t>(n + k));
+  for (auto [n, k] : {std::make_pair<int64_t, int64_t>(3001, 7168), {577, 4096}}) {
+    Problem p(1, n, k, static_cast<uint32_t>(n + k));
     for (OutType t : {OutType::kBF16, OutType::kF32}) {
       const size_t esize = t == OutType::kF32 ? 4 : 2;
-      DeviceBuffer plain = test::poisoned(m * n * esize);
+      DeviceBuffer plain = test::poisoned(n * esize);
       const SkinnyGemmArgs a{
-          p.dx.as<__nv_bfloat16>(), k, p.dw.as<__nv_bfloat16>(), k, plain.data(), t, n, m, n, k, 0.0f};
-      SkinnyConfig rows = skinny_gemm_config(a, info.sm_count);  // the rows kernel at these shapes
-      ASSERT_EQ(rows.kernel, SkinnyConfig::Kernel::kRows);
-      rows.splits = 1;  // as on_sms runs it
+          p.dx.as<__nv_bfloat16>(), k, p.dw.as<__nv_bfloat16>(), k, plain.data(), t, n, 1, n, k, 0.0f};
+      SkinnyConfig rows;  // as on_sms runs it, on every SM
+      rows.kernel = SkinnyConfig::Kernel::kRows;
+      rows.rows_per_warp = 2;
       skinny_gemm(nullptr, a, nullptr, 0, info.sm_count, rows);
-      const auto want = download<uint8_t>(plain.data(), m * n * esize);
-      EXPECT_LE(p.error(y_as_float(plain, t, m * n), n), t == OutType::kF32 ? 3e-5 : 4e-3) << test::shape({m, n, k});
+      const auto want = download<uint8_t>(plain.data(), n * esize);
+      EXPECT_LE(p.error(y_as_float(plain, t, n), n), t == OutType::kF32 ? 3e-5 : 4e-3) << test::shape({1, n, k});
       for (int sms : {1, 5, 40, 4000}) {
-        DeviceBuffer y = test::poisoned(m * n * esize);
+        DeviceBuffer y = test::poisoned(n * esize);
         EXPECT_TRUE(
-            linear.on_sms(nullptr, p.dx.as<__nv_bfloat16>(), p.dw.as<__nv_bfloat16>(), y.data(), t, m, n, k, sms));
-        EXPECT_EQ(download<uint8_t>(y.data(), m * n * esize), want)
-            << test::shape({m, n, k}) << " on " << sms << " SMs";
+            linear.on_sms(nullptr, p.dx.as<__nv_bfloat16>(), p.dw.as<__nv_bfloat16>(), y.data(), t, 1, n, k, sms));
+        EXPECT_EQ(download<uint8_t>(y.data(), n * esize), want) << test::shape({1, n, k}) << " on " << sms << " SMs";
       }
     }
   }
-  // Shapes the rows kernel does not take are declined, launching nothing; bad caps are errors.
-  Problem p(3, 64, 4096, 5);
-  DeviceBuffer y = test::poisoned(3 * 64 * 2);
-  EXPECT_FALSE(linear.on_sms(nullptr, p.dx.as<__nv_bfloat16>(), p.dw.as<__nv_bfloat16>(), y.data(), OutType::kBF16, 3,
+  // More than one token, or short rows (the MMA kernel's shapes), are declined, launching nothing; bad caps
+  // are errors.
+  Problem p(2, 64, 4096, 5);
+  DeviceBuffer y = test::poisoned(2 * 64 * 2);
+  EXPECT_FALSE(linear.on_sms(nullptr, p.dx.as<__nv_bfloat16>(), p.dw.as<__nv_bfloat16>(), y.data(), OutType::kBF16, 2,
                              64, 4096, 8));
   EXPECT_FALSE(linear.on_sms(nullptr, p.dx.as<__nv_bfloat16>(), p.dw.as<__nv_bfloat16>(), y.data(), OutType::kBF16, 1,
                              64, 1024, 8));
   EXPECT_THROW(linear.on_sms(nullptr, p.dx.as<__nv_bfloat16>(), p.dw.as<__nv_bfloat16>(), y.data(), OutType::kBF16, 1,
                              64, 4096, 0),
                Error);
-  SkinnyConfig split;
-  split.kernel = SkinnyConfig::Kernel::kRows;
-  split.splits = 2;
-  split.max_blocks = 4;
   const SkinnyGemmArgs a{
       p.dx.as<__nv_bfloat16>(), 4096, p.dw.as<__nv_bfloat16>(), 4096, y.data(), OutType::kBF16, 64, 1, 64, 4096, 0.0f};
-  EXPECT_THROW(skinny_gemm(nullptr, a, nullptr, 0, info.sm_count, split), Error);
+  for (auto [rows, splits] : {std::pair{2, 2}, std::pair{1, 1}}) {
+    SkinnyConfig capped;  // a capped grid takes two rows per warp and one split only
+    capped.kernel = SkinnyConfig::Kernel::kRows;
+    capped.rows_per_warp = rows;
+    capped.splits = splits;
+    capped.max_blocks = 4;
+    EXPECT_THROW(skinny_gemm(nullptr, a, nullptr, 0, info.sm_count, capped), Error) << rows << " rows, " << splits;
+  }
 }
 
 // The output gate fused into the skinny kernels' store (SkinnyGemmArgs::gate) gives the same bits as the

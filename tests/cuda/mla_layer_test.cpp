@@ -276,7 +276,7 @@ TEST(MlaLayer, DecodeStepWithTheGateOnItsOwnSms) {
   // At 8 heads the measured choice keeps no SMs; a share of every SM is an error naming the field.
   EXPECT_EQ(mla_gate_sms(sms, s.heads, 1), 0);
   EXPECT_EQ(mla_gate_sms(132, 96, 1), 48);
-  EXPECT_EQ(mla_gate_sms(132, 96, 3), 0);
+  EXPECT_EQ(mla_gate_sms(132, 96, 2), 0);
   side.gate_sms = sms;
   try {
     step(replay, &side);

@@ -213,10 +213,12 @@ bool Linear::on_sms(cudaStream_t stream, const __nv_bfloat16* x, const __nv_bflo
                     int64_t m, int64_t n, int64_t k, int sms) {
   KIMIRT_CHECK(sms > 0, "Linear::on_sms: sms {} must be positive", sms);
   const SkinnyGemmArgs a{x, k, w, k, y, y_type, n, m, n, k, 0.0f};
-  if (m == 0 || m > 4 || !skinny_gemm_supported(a)) return false;
-  SkinnyConfig c = skinny_gemm_config(a, sm_count_);
-  if (c.kernel != SkinnyConfig::Kernel::kRows) return false;
-  // Whole rows per warp: the persistent grid takes no split of K.
+  if (m != 1 || !skinny_gemm_supported(a) || skinny_gemm_config(a, sm_count_).kernel != SkinnyConfig::Kernel::kRows) {
+    return false;
+  }
+  SkinnyConfig c;
+  c.kernel = SkinnyConfig::Kernel::kRows;
+  c.rows_per_warp = 2;
   c.splits = 1;
   c.max_blocks = sms;
   skinny_gemm(stream, a, nullptr, 0, sm_count_, c);

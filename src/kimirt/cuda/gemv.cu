@@ -6,6 +6,7 @@
 // play the logical k {2t, 2t+1, 2t+8, 2t+9} of the first MMA, 8t+4..8t+7 those of the second. Every load
 // is a full 16-byte vector and every 64-byte row segment is read by four adjacent lanes.
 #include <algorithm>
+#include <type_traits>
 
 #include "kimirt/cuda/async_pipeline.cuh"
 #include "kimirt/cuda/check.h"
@@ -16,6 +17,17 @@ namespace kimirt::cuda {
 namespace {
 
 using detail::bf16;
+
+// Calls f with std::type_identity<OutT>, OutT the element type of y_type: one launch site per kernel for both
+// output types.
+template <typename F>
+void with_out_type(OutType y_type, F&& f) {
+  if (y_type == OutType::kF32) {
+    f(std::type_identity<float>{});
+  } else {
+    f(std::type_identity<bf16>{});
+  }
+}
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
@@ -339,21 +351,22 @@ __global__ void __launch_bounds__(THREADS) gemv_rows_kernel(RowsParams p) {
   rows_store<NM, R, OutT>(p, row0, lane, acc);
 }
 
-// persistent: the capped grid's 1024-thread blocks (SkinnyConfig::max_blocks); the kernel's registers
-// (above 32 per thread) then fill an SM, so each block has one to itself.
 template <int NM, int R>
-void launch_rows(cudaStream_t stream, const RowsParams& p, OutType y_type, unsigned blocks, bool persistent) {
-  if (persistent) {
-    if (y_type == OutType::kF32) {
-      gemv_rows_kernel<NM, R, float, kRowsPersistentThreads><<<blocks, kRowsPersistentThreads, 0, stream>>>(p);
-    } else {
-      gemv_rows_kernel<NM, R, bf16, kRowsPersistentThreads><<<blocks, kRowsPersistentThreads, 0, stream>>>(p);
-    }
-  } else if (y_type == OutType::kF32) {
-    gemv_rows_kernel<NM, R, float, kRowsThreads><<<blocks, kRowsThreads, 0, stream>>>(p);
-  } else {
-    gemv_rows_kernel<NM, R, bf16, kRowsThreads><<<blocks, kRowsThreads, 0, stream>>>(p);
-  }
+void launch_rows(cudaStream_t stream, const RowsParams& p, OutType y_type, unsigned blocks) {
+  with_out_type(y_type, [&](auto out) {
+    gemv_rows_kernel<NM, R, typename decltype(out)::type, kRowsThreads><<<blocks, kRowsThreads, 0, stream>>>(p);
+  });
+  KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+// The capped grid (SkinnyConfig::max_blocks): 1024-thread blocks, one token, two rows per warp. At 1024
+// threads a thread gets at most 64 registers, which this instance uses without spilling (more tokens or one
+// row per warp spill); 64 x 1024 is the whole register file, so each block has an SM to itself.
+void launch_rows_persistent(cudaStream_t stream, const RowsParams& p, OutType y_type, unsigned blocks) {
+  with_out_type(y_type, [&](auto out) {
+    gemv_rows_kernel<1, 2, typename decltype(out)::type, kRowsPersistentThreads>
+        <<<blocks, kRowsPersistentThreads, 0, stream>>>(p);
+  });
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 
@@ -386,19 +399,22 @@ void run_rows(cudaStream_t stream, const SkinnyGemmArgs& a, SkinnyConfig c) {
   p.k_per_split = static_cast<int>((a.k / c.splits + 7) / 8 * 8);
   const int64_t groups = (a.n + c.rows_per_warp - 1) / c.rows_per_warp;
   const int64_t warps = groups * c.splits;
-  const bool persistent = c.max_blocks > 0;
-  const int warps_per_block = persistent ? kRowsPersistentThreads / 32 : kRowsWarps;
-  unsigned blocks = static_cast<unsigned>((warps + warps_per_block - 1) / warps_per_block);
-  if (persistent) blocks = std::min(blocks, static_cast<unsigned>(c.max_blocks));
+  if (c.max_blocks > 0) {
+    const int64_t per_block = kRowsPersistentThreads / 32;
+    launch_rows_persistent(stream, p, a.y_type,
+                           static_cast<unsigned>(std::min<int64_t>(c.max_blocks, (warps + per_block - 1) / per_block)));
+    return;
+  }
+  const unsigned blocks = static_cast<unsigned>((warps + kRowsWarps - 1) / kRowsWarps);
   const int nm = a.m == 1 ? 1 : (a.m == 2 ? 2 : 4);
   if (c.rows_per_warp == 1) {
-    if (nm == 1) launch_rows<1, 1>(stream, p, a.y_type, blocks, persistent);
-    if (nm == 2) launch_rows<2, 1>(stream, p, a.y_type, blocks, persistent);
-    if (nm == 4) launch_rows<4, 1>(stream, p, a.y_type, blocks, persistent);
+    if (nm == 1) launch_rows<1, 1>(stream, p, a.y_type, blocks);
+    if (nm == 2) launch_rows<2, 1>(stream, p, a.y_type, blocks);
+    if (nm == 4) launch_rows<4, 1>(stream, p, a.y_type, blocks);
   } else {
-    if (nm == 1) launch_rows<1, 2>(stream, p, a.y_type, blocks, persistent);
-    if (nm == 2) launch_rows<2, 2>(stream, p, a.y_type, blocks, persistent);
-    if (nm == 4) launch_rows<4, 2>(stream, p, a.y_type, blocks, persistent);
+    if (nm == 1) launch_rows<1, 2>(stream, p, a.y_type, blocks);
+    if (nm == 2) launch_rows<2, 2>(stream, p, a.y_type, blocks);
+    if (nm == 4) launch_rows<4, 2>(stream, p, a.y_type, blocks);
   }
 }
 
@@ -424,11 +440,9 @@ Split choose_split(int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count,
 
 template <int NT, bool WIDE, bool NORM>
 void launch(cudaStream_t stream, const Params& p, OutType y_type, dim3 grid) {
-  if (y_type == OutType::kF32) {
-    skinny_kernel<NT, float, WIDE, NORM><<<grid, kThreads, 0, stream>>>(p);
-  } else {
-    skinny_kernel<NT, bf16, WIDE, NORM><<<grid, kThreads, 0, stream>>>(p);
-  }
+  with_out_type(y_type, [&](auto out) {
+    skinny_kernel<NT, typename decltype(out)::type, WIDE, NORM><<<grid, kThreads, 0, stream>>>(p);
+  });
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 
@@ -485,9 +499,10 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
     KIMIRT_CUDA_REQUIRE(!a.x_norm, "skinny_gemm: the rows kernel does not take x_norm (the mma kernel does)");
     KIMIRT_CUDA_REQUIRE(a.batch == 1 && a.m <= 4 && (c.rows_per_warp == 1 || c.rows_per_warp == 2) &&
                             (c.splits == 1 || c.splits == 2 || c.splits == 4 || c.splits == 8) && c.max_blocks >= 0 &&
-                            (c.max_blocks == 0 || c.splits == 1),
+                            (c.max_blocks == 0 || (a.m == 1 && c.rows_per_warp == 2 && c.splits == 1)),
                         "skinny_gemm: the rows kernel needs batch 1, m <= 4, 1 or 2 rows per warp, 1, 2, 4 or 8 "
-                        "splits and max_blocks >= 0, with one split when max_blocks caps the grid (got batch ",
+                        "splits and max_blocks >= 0; a capped grid (max_blocks) takes m = 1, 2 rows per warp and one "
+                        "split (got batch ",
                         a.batch, ", m ", a.m, ", ", c.rows_per_warp, " rows, ", c.splits, " splits, max_blocks ",
                         c.max_blocks, ")");
     run_rows(stream, a, c);
@@ -527,13 +542,10 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
     const int64_t total = a.m * a.n;
     const int threads = 256;
     const dim3 blocks(static_cast<unsigned>((total + threads - 1) / threads), static_cast<unsigned>(a.batch));
-    if (a.y_type == OutType::kF32) {
-      skinny_reduce_kernel<float>
+    with_out_type(a.y_type, [&](auto out) {
+      skinny_reduce_kernel<typename decltype(out)::type>
           <<<blocks, threads, 0, stream>>>(p.partial, s.splits, p.m, p.n, a.y, a.ldy, a.stride_y, a.beta, a.gate);
-    } else {
-      skinny_reduce_kernel<bf16>
-          <<<blocks, threads, 0, stream>>>(p.partial, s.splits, p.m, p.n, a.y, a.ldy, a.stride_y, a.beta, a.gate);
-    }
+    });
     KIMIRT_CUDA_CHECK_LAUNCH();
   }
 }

@@ -52,9 +52,9 @@ struct SkinnyConfig {
   Kernel kernel = Kernel::kAuto;
   int rows_per_warp = 2;  // rows kernel: 1 or 2
   int splits = 1;         // rows kernel: warps per row group along K (1, 2, 4, 8)
-  // Rows kernel, one split: a persistent grid of at most this many 1024-thread blocks, each alone on its SM
-  // (its registers fill it), so that the GEMV keeps that many SMs and leaves the others to a kernel running
-  // beside it (0: one warp per row group, blocks on every SM).
+  // Rows kernel with m = 1, 2 rows per warp, one split: a persistent grid of at most this many 1024-thread
+  // blocks, each alone on its SM (its registers fill it), so that the GEMV keeps that many SMs and leaves the
+  // others to a kernel running beside it (0: one warp per row group, blocks on every SM).
   int max_blocks = 0;
 };
 

@@ -61,8 +61,8 @@ int mla_gate_sms(int sm_count, int64_t heads, int64_t batch) {
   // in 190 KB of shared memory did), so with fewer SMs the gate's 176 MB are not read when the attention
   // ends (W_UV waits for them), and more SMs taken slow the attention, whose time grows as its SMs shrink.
   // With fewer heads per GPU the attention is memory-bound: the gate's bytes then gain nothing beside it.
-  // Past batch 2 the gate is not a rows-kernel GEMV (Linear::on_sms declines).
-  if (heads <= kMlaWgmmaHeads || batch > 2) return 0;
+  // Linear::on_sms takes one token only.
+  if (heads <= kMlaWgmmaHeads || batch != 1) return 0;
   return sm_count * 48 / 132;
 }
 

@@ -70,7 +70,7 @@ struct MlaSideStream {
 
 // The SMs a decode step's gate projection keeps beside the attention (MlaSideStream::gate_sms), measured on
 // the H200: 48 of 132 at 96 heads per GPU and batch 1; none where the attention is memory-bound (at most 64
-// heads per GPU) or the batch exceeds 2.
+// heads per GPU) or at batches above 1.
 int mla_gate_sms(int sm_count, int64_t heads, int64_t batch);
 
 // Decode: one new token per sequence. x [batch, hidden] (the normed layer input), slots [batch] (device:
