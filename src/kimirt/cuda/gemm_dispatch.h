@@ -87,9 +87,11 @@ class Linear {
                   int64_t k);
   // y[m, n] = x[m, k] · w[n, k]ᵀ (contiguous operands, beta 0) on at most `sms` SMs, to run beside a kernel
   // that takes the others: the rows kernel's persistent grid (SkinnyConfig::max_blocks), one block alone on
-  // each of its SMs. One token only (m = 1: a decode step at batch 1). Returns false, launching nothing, for
-  // m > 1, shapes that do not take the rows kernel (k <= 2048) or misaligned operands: run the product as
-  // usual then.
+  // each of its SMs, K never split. One token only (m = 1: a decode step at batch 1). The dispatch table is
+  // not consulted, since only this kernel can keep to a set of SMs; for the MLA gate's shape (12288x7168) it
+  // is also the table's choice (rows2x1), while narrower shapes are faster with K split over warps
+  // (kimirt-bench --only gemm). Returns false, launching nothing, for m > 1, k <= 2048 (the MMA kernel's
+  // shapes) or misaligned operands: run the product as usual then.
   bool on_sms(cudaStream_t stream, const __nv_bfloat16* x, const __nv_bfloat16* w, void* y, OutType y_type, int64_t m,
               int64_t n, int64_t k, int sms);
   // Strided batches of y_b = x_b · w_bᵀ (w_b [n, k]); pointers advance by the strides (elements). gate

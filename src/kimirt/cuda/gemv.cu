@@ -25,6 +25,7 @@ void with_out_type(OutType y_type, F&& f) {
   if (y_type == OutType::kF32) {
     f(std::type_identity<float>{});
   } else {
+    KIMIRT_CUDA_REQUIRE(y_type == OutType::kBF16, "skinny_gemm: unknown output type ", static_cast<int>(y_type));
     f(std::type_identity<bf16>{});
   }
 }
@@ -360,8 +361,10 @@ void launch_rows(cudaStream_t stream, const RowsParams& p, OutType y_type, unsig
 }
 
 // The capped grid (SkinnyConfig::max_blocks): 1024-thread blocks, one token, two rows per warp. At 1024
-// threads a thread gets at most 64 registers, which this instance uses without spilling (more tokens or one
-// row per warp spill); 64 x 1024 is the whole register file, so each block has an SM to itself.
+// threads a thread gets at most 64 registers; this instance uses all 64 without spilling (ptxas -v, CUDA
+// 13.0; more tokens or one row per warp spill), and 64 x 1024 is the whole register file, so each block has
+// an SM to itself. (Were a compiler to need 32 or fewer, two blocks could share an SM: the layer would keep
+// fewer SMs for the gate than it plans the attention around.)
 void launch_rows_persistent(cudaStream_t stream, const RowsParams& p, OutType y_type, unsigned blocks) {
   with_out_type(y_type, [&](auto out) {
     gemv_rows_kernel<1, 2, typename decltype(out)::type, kRowsPersistentThreads>

@@ -61,7 +61,7 @@ int mla_gate_sms(int sm_count, int64_t heads, int64_t batch) {
   // in 190 KB of shared memory did), so with fewer SMs the gate's 176 MB are not read when the attention
   // ends (W_UV waits for them), and more SMs taken slow the attention, whose time grows as its SMs shrink.
   // With fewer heads per GPU the attention is memory-bound: the gate's bytes then gain nothing beside it.
-  // Linear::on_sms takes one token only.
+  // Linear::on_sms takes one token only. Other SM counts get the same share (48/132), not measured.
   if (heads <= kMlaWgmmaHeads || batch != 1) return 0;
   return sm_count * 48 / 132;
 }
@@ -75,7 +75,7 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
     KIMIRT_CHECK(side->stream && side->linear && side->fork && side->kv_ready && side->gate_ready,
                  "MLA decode: the side stream needs a stream, its own Linear and three events");
     KIMIRT_CHECK(side->gate_sms >= kMlaGateSmsAuto && side->gate_sms < linear.sm_count(),
-                 "MLA decode: gate_sms {} must be -1 (auto), 0 or fewer than the {} SMs", side->gate_sms,
+                 "MLA decode: gate_sms {} must be -1 (auto) or in [0, {}) (the device's SMs)", side->gate_sms,
                  linear.sm_count());
   }
   if (batch == 0) return;
