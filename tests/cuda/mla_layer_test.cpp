@@ -231,8 +231,9 @@ TEST(MlaLayer, DecodeStepWithTheGateOnItsOwnSms) {
   for (const auto& [heads, gate_sms] : {std::pair<int64_t, int>{8, sms / 3}, {96, kMlaGateSmsAuto}}) {
     SCOPED_TRACE(testing::Message() << heads << " heads, gate_sms " << gate_sms);
     MlaSetup s(2304, heads);
-    const int ctx = 300;
-    Cache cache(1, 5, 41);
+    // Long enough that the attention's plan on the remaining SMs has fewer splits than on all of them.
+    const int ctx = 8000;
+    Cache cache(1, 126, 41);
     std::vector<float> x = test::random_vec(s.hidden, 42);
     DeviceBuffer dx = upload(test::to_bf16(x));
     const std::vector<int32_t> slots = {cache.slot(0, ctx)}, lens = {ctx + 1};
@@ -247,6 +248,15 @@ TEST(MlaLayer, DecodeStepWithTheGateOnItsOwnSms) {
     MlaSideStream side{side_stream, &side_linear, ev[0], ev[1], ev[2]};
     side.gate_sms = gate_sms;
     const MlaLayerWeights gw = s.gweights();
+    const int share = gate_sms < 0 ? mla_gate_sms(sms, heads, 1) : gate_sms;
+    ASSERT_GT(share, 0);
+    EXPECT_LT(plan_mla_decode(1, static_cast<int>(heads), ctx + 1, sms - share).splits,
+              plan_mla_decode(1, static_cast<int>(heads), ctx + 1, sms).splits);
+    {
+      DeviceBuffer g = test::poisoned(heads * 128 * 2);  // the gate's shape takes the capped grid
+      EXPECT_TRUE(side_linear.on_sms(nullptr, dx.as<__nv_bfloat16>(), gw.g_proj, g.data(), OutType::kBF16, 1,
+                                     heads * 128, s.hidden, share));
+    }
     auto step = [&](DeviceBuffer& out, const MlaSideStream* sp) {
       mla_decode_step(linear, arena, stream, s.gdims(), gw, cache.view(), dx.as<__nv_bfloat16>(), 1, ds.as<int32_t>(),
                       dl.as<int32_t>(), ctx + 1, out.as<__nv_bfloat16>(), false, sp);
