@@ -168,6 +168,9 @@ TEST(Gemm, RowsKernelOnFewSms) {
   DeviceBuffer ws(8 << 20), sws(8 << 20);
   GemmLt lt(ws.data(), ws.size());
   Linear linear(lt, sws.data(), sws.size(), info.sm_count);
+  // Each block of the capped grid has an SM to itself, so the grid keeps exactly as many SMs as blocks.
+  EXPECT_EQ(skinny_capped_blocks_per_sm(OutType::kBF16), 1);
+  EXPECT_EQ(skinny_capped_blocks_per_sm(OutType::kF32), 1);
   for (auto [n, k] : {std::make_pair<int64_t, int64_t>(3001, 7168), {577, 4096}}) {
     Problem p(1, n, k, static_cast<uint32_t>(n + k));
     for (OutType t : {OutType::kBF16, OutType::kF32}) {

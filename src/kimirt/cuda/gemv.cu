@@ -12,6 +12,7 @@
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
 #include "kimirt/cuda/gemv.h"
+#include "kimirt/cuda/kernel_attr.h"
 
 namespace kimirt::cuda {
 namespace {
@@ -360,15 +361,38 @@ void launch_rows(cudaStream_t stream, const RowsParams& p, OutType y_type, unsig
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 
-// The capped grid (SkinnyConfig::max_blocks): 1024-thread blocks, one token, two rows per warp. At 1024
-// threads a thread gets at most 64 registers; this instance uses all 64 without spilling (ptxas -v, CUDA
-// 13.0; more tokens or one row per warp spill), and 64 x 1024 is the whole register file, so each block has
-// an SM to itself. (Were a compiler to need 32 or fewer, two blocks could share an SM: the layer would keep
-// fewer SMs for the gate than it plans the attention around.)
+// The capped grid (SkinnyConfig::max_blocks): 1024-thread blocks, one token, two rows per warp, each block
+// alone on its SM, so that the grid keeps exactly `blocks` SMs (the layer plans the attention around the
+// rest). Today the registers see to that: this instance uses 64 per thread without spilling (ptxas -v, CUDA
+// 13.0; more tokens or one row per warp spill), and 64 x 1024 is the whole register file. Should a compiler
+// need fewer, two blocks could share an SM; the block then asks for more than half of an SM's shared memory
+// (unused) instead, and the occupancy query confirms one block per SM either way.
+template <typename OutT>
+int rows_persistent_smem() {
+  static const int smem = [] {
+    const void* kernel = reinterpret_cast<const void*>(gemv_rows_kernel<1, 2, OutT, kRowsPersistentThreads>);
+    int reserve = 0;
+    if (max_blocks_per_sm(kernel, kRowsPersistentThreads, 0) > 1) {
+      int device = 0, per_sm = 0;
+      KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
+      KIMIRT_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+      reserve = per_sm / 2 + 1024;
+      ensure_dynamic_smem(kernel, reserve);
+    }
+    KIMIRT_CUDA_REQUIRE(max_blocks_per_sm(kernel, kRowsPersistentThreads, reserve) == 1,
+                        "skinny_gemm: the capped rows grid's blocks do not each take a whole SM (",
+                        max_blocks_per_sm(kernel, kRowsPersistentThreads, reserve), " per SM with ", reserve,
+                        " bytes of shared memory)");
+    return reserve;
+  }();
+  return smem;
+}
+
 void launch_rows_persistent(cudaStream_t stream, const RowsParams& p, OutType y_type, unsigned blocks) {
   with_out_type(y_type, [&](auto out) {
-    gemv_rows_kernel<1, 2, typename decltype(out)::type, kRowsPersistentThreads>
-        <<<blocks, kRowsPersistentThreads, 0, stream>>>(p);
+    using OutT = typename decltype(out)::type;
+    gemv_rows_kernel<1, 2, OutT, kRowsPersistentThreads>
+        <<<blocks, kRowsPersistentThreads, rows_persistent_smem<OutT>(), stream>>>(p);
   });
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
@@ -473,6 +497,16 @@ bool skinny_gemm_supported(const SkinnyGemmArgs& a) {
 uint64_t skinny_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_count, int64_t batch) {
   const Split s = choose_split(m, n, k, batch, sm_count, ~0ull);
   return s.splits > 1 ? static_cast<uint64_t>(batch * s.splits * m * n) * sizeof(float) : 0;
+}
+
+int skinny_capped_blocks_per_sm(OutType y_type) {
+  int blocks = 0;
+  with_out_type(y_type, [&](auto out) {
+    using OutT = typename decltype(out)::type;
+    blocks = max_blocks_per_sm(reinterpret_cast<const void*>(gemv_rows_kernel<1, 2, OutT, kRowsPersistentThreads>),
+                               kRowsPersistentThreads, rows_persistent_smem<OutT>());
+  });
+  return blocks;
 }
 
 SkinnyConfig skinny_gemm_config(const SkinnyGemmArgs& a, int sm_count) {

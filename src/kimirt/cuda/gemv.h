@@ -53,8 +53,9 @@ struct SkinnyConfig {
   int rows_per_warp = 2;  // rows kernel: 1 or 2
   int splits = 1;         // rows kernel: warps per row group along K (1, 2, 4, 8)
   // Rows kernel with m = 1, 2 rows per warp, one split: a persistent grid of at most this many 1024-thread
-  // blocks, each alone on its SM (its registers fill it), so that the GEMV keeps that many SMs and leaves the
-  // others to a kernel running beside it (0: one warp per row group, blocks on every SM).
+  // blocks, each alone on its SM (its registers fill it; were they to fit twice, it reserves shared memory), so that
+  // the GEMV keeps that many SMs and leaves the others to a kernel running beside it (0: one warp per row group, blocks
+  // on every SM).
   int max_blocks = 0;
 };
 
@@ -72,6 +73,9 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
 // The same with the kernel (and its split) forced; the rows kernel needs m ≤ 4 and batch 1 and takes no x_norm.
 void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, uint64_t workspace_bytes, int sm_count,
                  const SkinnyConfig& config);
+// Blocks of the capped grid (SkinnyConfig::max_blocks) that share one SM of the current device, as launched:
+// 1 is its contract (a launch throws otherwise).
+int skinny_capped_blocks_per_sm(OutType y_type);
 // What skinny_gemm would choose for this call.
 SkinnyConfig skinny_gemm_config(const SkinnyGemmArgs& a, int sm_count);
 

@@ -77,4 +77,20 @@ int max_active_clusters(const void* kernel, int blocks, int threads, int smem) {
   return it->second;
 }
 
+int max_blocks_per_sm(const void* kernel, int threads, int smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, int>, int> cache;
+  int device = 0;
+  KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, fresh] = cache.try_emplace({device, kernel, threads, smem}, 0);
+  if (fresh) {
+    const cudaError_t err =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, static_cast<size_t>(smem));
+    if (err != cudaSuccess) cache.erase(it);
+    KIMIRT_CUDA_CHECK(err);
+  }
+  return it->second;
+}
+
 }  // namespace kimirt::cuda

@@ -39,4 +39,8 @@ class LaunchConfig {
 // takes it from the kernel. Cached per (device, kernel, blocks, threads, smem); throws when the query fails.
 int max_active_clusters(const void* kernel, int blocks, int threads, int smem);
 
+// Blocks of `kernel` (threads and dynamic shared memory per block) that one SM of the current device holds
+// at once. Cached per (device, kernel, threads, smem); throws when the query fails.
+int max_blocks_per_sm(const void* kernel, int threads, int smem);
+
 }  // namespace kimirt::cuda
