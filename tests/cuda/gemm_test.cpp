@@ -599,8 +599,8 @@ TEST(Gemm, Fp8LinearTakesTheTablesPath) {
     const Fp8Problem f(m, n, k, 31);
     for (Fp8Path path : {Fp8Path::kOurs, Fp8Path::kCublasLt}) {
       GemmTable table;
-      table.set_fp8(n, k, path);
-      ASSERT_EQ(table.fp8_path(n, k), path);
+      table.set_fp8(n, k, m, path);
+      ASSERT_EQ(table.fp8_path(n, k, m), path);
       for (const bool scratch : {true, false}) {
         for (const int64_t ldy : {n, n + 8, n + 4}) {
           GemmLt lt(ws.data(), ws.size());
@@ -690,9 +690,10 @@ TEST(GemmTable, KernelConfigsRoundTrip) {
   EXPECT_EQ(skinny_config_name(*b.config(12288, 7168)), "rows2x1");
   EXPECT_EQ(skinny_config_name(*b.config(18432, 1536)), "mma");
   EXPECT_FALSE(b.config(100, 200).has_value());
-  EXPECT_EQ(b.fp8_path(18432, 1536), Fp8Path::kOurs);
-  EXPECT_EQ(b.fp8_path(7168, 7168), Fp8Path::kCublasLt);
-  EXPECT_EQ(b.fp8_path(100, 256), Fp8Path::kOurs);  // not listed
+  EXPECT_EQ(b.fp8_path(18432, 1536, 4096), Fp8Path::kOurs);
+  EXPECT_EQ(b.fp8_path(7168, 7168, 4096), Fp8Path::kCublasLt);
+  EXPECT_EQ(b.fp8_path(18432, 1536, 16), Fp8Path::kCublasLt);  // the builtin rows hold several M
+  EXPECT_EQ(b.fp8_path(100, 256, 4096), Fp8Path::kOurs);       // not listed
   const auto path = std::filesystem::path(::testing::TempDir()) / "kimirt_gemm_table_configs.txt";
   std::ofstream(path) << b.to_text();
   const GemmTable back = GemmTable::load(path.string());
@@ -708,8 +709,12 @@ TEST(GemmTable, KernelConfigsRoundTrip) {
   }
   for (const auto& [line, expected] :
        {std::pair<std::string, std::string>{"# x\nfp8 7168 7168 fast\n", ":2: FP8 GEMM path \"fast\": expected"},
-        {"fp8 7168\n", ":1: expected \"fp8 n k ours|cublaslt\""},
-        {"fp8 7168 7168 ours extra\n", ":1: expected \"fp8 n k ours|cublaslt\""},
+        {"fp8 7168\n", ":1: expected \"fp8 n k m ours|cublaslt\""},
+        {"fp8 7168 7168 64 ours extra\n", ":1: expected \"fp8 n k m ours|cublaslt\""},
+        {"fp8 7168 7168 ours extra\n", ":1: m \"ours\" must be a positive integer"},
+        {"fp8 7168 7168 0 ours\n", ":1: m \"0\" must be a positive integer"},
+        {"fp8 7168 7168 64x ours\n", ":1: m \"64x\" must be a positive integer"},
+        {"fp8 7168 7168 64 fast\n", ":1: FP8 GEMM path \"fast\": expected"},
         {"fp8 -5 7168 ours\n", ":1: n \"-5\" and k \"7168\" must be positive integers"}}) {
     std::ofstream(path) << line;
     try {
@@ -719,6 +724,33 @@ TEST(GemmTable, KernelConfigsRoundTrip) {
       EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
     }
   }
+}
+
+// An FP8 row applies from its M to halfway (by ratio) to the next measured M of its shape; a row without an M,
+// from a table written before rows had one, was measured at 4096.
+TEST(GemmTable, Fp8RowsByNearestMeasuredM) {
+  GemmTable t;
+  t.set_fp8(7168, 7168, 64, Fp8Path::kCublasLt);
+  t.set_fp8(7168, 7168, 1024, Fp8Path::kOurs);
+  t.set_fp8(7168, 7168, 4096, Fp8Path::kCublasLt);
+  for (const auto& [m, want] : std::initializer_list<std::pair<int64_t, Fp8Path>>{{1, Fp8Path::kCublasLt},
+                                                                                  {64, Fp8Path::kCublasLt},
+                                                                                  {255, Fp8Path::kCublasLt},
+                                                                                  {256, Fp8Path::kOurs},  // a tie
+                                                                                  {1024, Fp8Path::kOurs},
+                                                                                  {2047, Fp8Path::kOurs},
+                                                                                  {2048, Fp8Path::kCublasLt},
+                                                                                  {1 << 20, Fp8Path::kCublasLt}}) {
+    EXPECT_EQ(t.fp8_path(7168, 7168, m), want) << "m " << m;
+  }
+  EXPECT_EQ(t.fp8_path(7168, 7169, 64), Fp8Path::kOurs);  // another shape: not listed
+  const auto path = std::filesystem::path(::testing::TempDir()) / "kimirt_gemm_table_fp8.txt";
+  std::ofstream(path) << t.to_text() << "fp8 18432 1536 cublaslt\n";
+  const GemmTable back = GemmTable::load(path.string());
+  EXPECT_EQ(back.fp8_path(7168, 7168, 300), Fp8Path::kOurs);
+  EXPECT_EQ(back.fp8_path(18432, 1536, 8), Fp8Path::kCublasLt);
+  EXPECT_NE(back.to_text().find("fp8 18432 1536 4096 cublaslt\n"), std::string::npos) << back.to_text();
+  EXPECT_NE(back.to_text().find("fp8 7168 7168 1024 ours\n"), std::string::npos) << back.to_text();
 }
 
 TEST(GemmTable, LoadsAndRejectsBadLines) {

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <vector>
 
 #include "kimirt/base/error.h"
 #include "kimirt/cuda/fp8_block_gemm.h"
@@ -39,18 +41,37 @@ constexpr BuiltinRow kBuiltinRows[] = {
     {163840, 7168, 1, "rows2x1"},  // lm_head (fp32 logits)
 };
 
-// FP8 block-scale weights at M = 4096, our kernel against cuBLASLt's in the same runs (docs/PERF.md,
-// 2026-11-30, three runs): ours 0.94-0.98x on 7168x7168 and 0.96-0.98x on 12288x7168, 1.08-1.11x on
-// 18432x1536, 0.96-1.03x on 7168x12288 (a tie, ours kept).
+// FP8 block-scale weights, our kernel against cuBLASLt's in the same runs (docs/PERF.md). At M = 4096
+// (2026-11-30, three runs): ours 0.94-0.98x on 7168x7168 and 0.96-0.98x on 12288x7168, 1.08-1.11x on
+// 18432x1536, 0.96-1.03x on 7168x12288 (a tie, ours kept). At M = 64 / 256 / 1024 (2026-11-30, one run, machine
+// K): 7168x7168 0.86 / 0.95 / 0.83x, 18432x1536 0.98 / 1.04 / 1.02x, 12288x7168 0.80 / 0.86 / 1.00x (a tie,
+// ours as measured), 7168x12288 0.78 / 0.92 / 0.96x. Our 128 x 128 tiles leave SMs idle or a last wave
+// short at small M (56 tiles at M = 64 on 7168 columns), where cuBLASLt picks other shapes.
 struct BuiltinFp8Row {
-  int64_t n, k;
+  int64_t n, k, m;
   Fp8Path path;
 };
 constexpr BuiltinFp8Row kBuiltinFp8Rows[] = {
-    {7168, 7168, Fp8Path::kCublasLt},   // latent-sized square weights
-    {12288, 7168, Fp8Path::kCublasLt},  // mla.g_proj, shared experts gate_up
-    {18432, 1536, Fp8Path::kOurs},      // mla.q_b_proj
-    {7168, 12288, Fp8Path::kOurs},      // mla.o_proj
+    // latent-sized square weights
+    {7168, 7168, 64, Fp8Path::kCublasLt},
+    {7168, 7168, 256, Fp8Path::kCublasLt},
+    {7168, 7168, 1024, Fp8Path::kCublasLt},
+    {7168, 7168, 4096, Fp8Path::kCublasLt},
+    // mla.g_proj, shared experts gate_up
+    {12288, 7168, 64, Fp8Path::kCublasLt},
+    {12288, 7168, 256, Fp8Path::kCublasLt},
+    {12288, 7168, 1024, Fp8Path::kOurs},
+    {12288, 7168, 4096, Fp8Path::kCublasLt},
+    // mla.q_b_proj
+    {18432, 1536, 64, Fp8Path::kCublasLt},
+    {18432, 1536, 256, Fp8Path::kOurs},
+    {18432, 1536, 1024, Fp8Path::kOurs},
+    {18432, 1536, 4096, Fp8Path::kOurs},
+    // mla.o_proj
+    {7168, 12288, 64, Fp8Path::kCublasLt},
+    {7168, 12288, 256, Fp8Path::kCublasLt},
+    {7168, 12288, 1024, Fp8Path::kCublasLt},
+    {7168, 12288, 4096, Fp8Path::kOurs},
 };
 
 Fp8Path parse_fp8_path(const std::string& text) {
@@ -91,7 +112,7 @@ GemmTable GemmTable::builtin() {
   GemmTable t;
   t.default_max_m_ = kBuiltinDefaultMaxM;
   for (const BuiltinRow& r : kBuiltinRows) t.set(r.n, r.k, r.max_m, parse_skinny_config(r.config));
-  for (const BuiltinFp8Row& r : kBuiltinFp8Rows) t.set_fp8(r.n, r.k, r.path);
+  for (const BuiltinFp8Row& r : kBuiltinFp8Rows) t.set_fp8(r.n, r.k, r.m, r.path);
   return t;
 }
 
@@ -123,15 +144,25 @@ GemmTable GemmTable::load(const std::string& path) {
       return std::pair{n, k};
     };
     if (n_text == "fp8") {
-      std::string fn, fk, path_text, rest;
-      KIMIRT_CHECK(static_cast<bool>(s >> fn >> fk >> path_text),
-                   "GEMM table {}:{}: expected \"fp8 n k ours|cublaslt\"", path, line_no);
-      KIMIRT_CHECK(!(s >> rest), "GEMM table {}:{}: expected \"fp8 n k ours|cublaslt\", got \"{}\" after the path",
-                   path, line_no, rest);
-      const auto [n, k] = positive(fn, fk);
-      t.set_fp8(n, k, with_context(fmt::format("GEMM table {}:{}", path, line_no), [&] {
-                  return parse_fp8_path(path_text);
-                }));
+      // "fp8 n k m path", or "fp8 n k path" from a table written before the rows had an M (measured at 4096).
+      std::vector<std::string> f;
+      for (std::string w; s >> w;) f.push_back(w);
+      KIMIRT_CHECK(f.size() == 3 || f.size() == 4, "GEMM table {}:{}: expected \"fp8 n k m ours|cublaslt\"", path,
+                   line_no);
+      const auto [n, k] = positive(f[0], f[1]);
+      int64_t m = 4096;
+      if (f.size() == 4) {
+        size_t pm = 0;
+        try {
+          m = std::stoll(f[2], &pm);
+        } catch (const std::exception&) {
+          m = 0;
+        }
+        KIMIRT_CHECK(pm == f[2].size() && m > 0, "GEMM table {}:{}: m \"{}\" must be a positive integer", path, line_no,
+                     f[2]);
+      }
+      t.set_fp8(n, k, m,
+                with_context(fmt::format("GEMM table {}:{}", path, line_no), [&] { return parse_fp8_path(f.back()); }));
       continue;
     }
     KIMIRT_CHECK(static_cast<bool>(s >> k_text >> max_m), "GEMM table {}:{}: expected \"n k max_skinny_m [config]\"",
@@ -166,20 +197,29 @@ std::optional<SkinnyConfig> GemmTable::config(int64_t n, int64_t k) const {
   return it == rows_.end() ? std::nullopt : it->second.config;
 }
 
-Fp8Path GemmTable::fp8_path(int64_t n, int64_t k) const {
+Fp8Path GemmTable::fp8_path(int64_t n, int64_t k, int64_t m) const {
   const auto it = fp8_rows_.find({n, k});
-  return it == fp8_rows_.end() ? Fp8Path::kOurs : it->second;
+  if (it == fp8_rows_.end()) return Fp8Path::kOurs;
+  const std::map<int64_t, Fp8Path>& by_m = it->second;
+  const auto above = by_m.lower_bound(m);  // the first measured M >= m
+  if (above == by_m.begin()) return above->second;
+  const auto below = std::prev(above);
+  if (above == by_m.end()) return below->second;
+  // Nearer by ratio: m / below against above / m, without dividing.
+  return static_cast<double>(m) * m >= static_cast<double>(below->first) * above->first ? above->second : below->second;
 }
 
 std::string GemmTable::to_text() const {
-  std::string out = "# n k max_skinny_m [config at M <= 2] | fp8 n k ours|cublaslt   (kimirt GEMM dispatch table)\n";
+  std::string out = "# n k max_skinny_m [config at M <= 2] | fp8 n k m ours|cublaslt   (kimirt GEMM dispatch table)\n";
   out += fmt::format("* * {}\n", default_max_m_);
   for (const auto& [nk, row] : rows_) {
     out += fmt::format("{} {} {}", nk.first, nk.second, row.max_m);
     if (row.config) out += fmt::format(" {}", skinny_config_name(*row.config));
     out += '\n';
   }
-  for (const auto& [nk, p] : fp8_rows_) out += fmt::format("fp8 {} {} {}\n", nk.first, nk.second, fp8_path_name(p));
+  for (const auto& [nk, by_m] : fp8_rows_) {
+    for (const auto& [m, p] : by_m) out += fmt::format("fp8 {} {} {} {}\n", nk.first, nk.second, m, fp8_path_name(p));
+  }
   return out;
 }
 
@@ -251,7 +291,7 @@ void Linear::fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, 
   // Ours also takes what cuBLASLt refuses (n % 16 != 0, m % 4 != 0 without scratch). Nothing goes the other
   // way: cuBLASLt refuses ldy % 8 != 0 as ours does (its heuristic answers NOT_SUPPORTED on the H200).
   const bool ours =
-      table_.fp8_path(n, k) == Fp8Path::kOurs || n % 16 != 0 || d_scratch_bytes < fp8_d_scratch_bytes(m, n);
+      table_.fp8_path(n, k, m) == Fp8Path::kOurs || n % 16 != 0 || d_scratch_bytes < fp8_d_scratch_bytes(m, n);
   if (ours) {
     fp8_block_gemm(stream, xq, x_scales, wq, w_scales, y, ldy, m, n, k, sm_count_);
   } else {

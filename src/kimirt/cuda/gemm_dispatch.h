@@ -2,7 +2,7 @@
 // table of measured crossover points, and for FP8 block-scale weights our kernel (fp8_block_gemm.h) or
 // cuBLASLt's. `kimirt-bench --only gemm` measures the paths at the model's shapes and writes the table
 // (text: one "n k max_skinny_m [config]" line per BF16 shape, config the fastest skinny kernel at M = 1 and
-// 2, e.g. "rows2x1" or "mma"; one "fp8 n k ours|cublaslt" line per FP8 shape, the faster at M = 4096);
+// 2, e.g. "rows2x1" or "mma"; "fp8 n k m ours|cublaslt" lines, the faster FP8 path per shape and measured M);
 // load it with GemmTable::load, or copy its rows into the builtin rows of gemm_dispatch.cpp.
 #pragma once
 
@@ -29,8 +29,9 @@ class GemmTable {
  public:
   // The compiled-in table (see gemm_dispatch.cpp for where its numbers come from).
   static GemmTable builtin();
-  // Parses "n k max_skinny_m" lines ('#' starts a comment; "* * m" sets the default). Throws
-  // kimirt::Error naming the file and line.
+  // Parses "n k max_skinny_m [config]" and "fp8 n k m ours|cublaslt" lines ('#' starts a comment; "* * m"
+  // sets the default; "fp8 n k ours|cublaslt", from tables written before the FP8 rows had an M, was
+  // measured at M = 4096 and is read as such). Throws kimirt::Error naming the file and line.
   static GemmTable load(const std::string& path);
 
   // Largest M for which the skinny kernel beats cuBLASLt on an [n, k] weight (0: never).
@@ -40,11 +41,11 @@ class GemmTable {
   void set(int64_t n, int64_t k, int max_m, std::optional<SkinnyConfig> config = std::nullopt) {
     rows_[{n, k}] = Row{max_m, config};
   }
-  // The FP8 block-scale path for an [n, k] weight (shapes not listed: ours). The rows are measured at
-  // M = 4096 (prefill) and apply at every M; a table file from before FP8 rows existed lists none, so every
-  // shape then takes ours.
-  Fp8Path fp8_path(int64_t n, int64_t k) const;
-  void set_fp8(int64_t n, int64_t k, Fp8Path path) { fp8_rows_[{n, k}] = path; }
+  // The FP8 block-scale path for an [n, k] weight at M rows: the row of that shape measured at the M nearest
+  // to it by ratio (a tie takes the larger); shapes not listed take ours. Rows are measured at a few M (the
+  // GEMM bench: 64, 256, 1024, 4096), since tile shapes that win a prefill can lose a decode batch.
+  Fp8Path fp8_path(int64_t n, int64_t k, int64_t m) const;
+  void set_fp8(int64_t n, int64_t k, int64_t m, Fp8Path path) { fp8_rows_[{n, k}][m] = path; }
   void set_default(int max_m) { default_max_m_ = max_m; }
   std::string to_text() const;
 
@@ -54,7 +55,7 @@ class GemmTable {
     std::optional<SkinnyConfig> config;
   };
   std::map<std::pair<int64_t, int64_t>, Row> rows_;
-  std::map<std::pair<int64_t, int64_t>, Fp8Path> fp8_rows_;
+  std::map<std::pair<int64_t, int64_t>, std::map<int64_t, Fp8Path>> fp8_rows_;  // [n, k] -> measured M -> path
   int default_max_m_ = 0;
 };
 
@@ -102,8 +103,8 @@ class Linear {
                int64_t n, int64_t k, int64_t batch, const __nv_bfloat16* gate = nullptr);
 
   // y[m, n] (BF16, ldy) = dequant(xq) · dequant(wq)ᵀ, operands and scales as for GemmLt::linear_fp8, by the
-  // path the table names for [n, k]; ours also runs what cuBLASLt cannot take (n % 16 != 0, or m % 4 != 0
-  // without d_scratch of fp8_d_scratch_bytes). Both need ldy % 8 == 0; ours also n % 8 == 0 and 16-byte
+  // path the table names for [n, k] at the M nearest to m; ours also runs what cuBLASLt cannot take (n % 16 != 0, or m
+  // % 4 != 0 without d_scratch of fp8_d_scratch_bytes). Both need ldy % 8 == 0; ours also n % 8 == 0 and 16-byte
   // aligned operands. No layer calls this yet (the model's FP8 weights are not on the GPU path).
   void fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq, const float* w_scales,
            __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k, void* d_scratch, uint64_t d_scratch_bytes);
