@@ -682,6 +682,20 @@ TEST(Gemm, BadArgumentsAreErrors) {
   const SkinnyGemmArgs a{p + 1, 64, p, 64, p, OutType::kBF16, 64, 2, 64, 64, 0.0f};  // misaligned x
   EXPECT_FALSE(skinny_gemm_supported(a));
   EXPECT_THROW(skinny_gemm(nullptr, a, nullptr, 0, 132), Error);
+  // The kernels index rows in 32 bits: n below 2^30, and n times the rows kernel's K splits too.
+  const int64_t big = int64_t{1} << 30;
+  EXPECT_FALSE(skinny_gemm_supported({p, 64, p, 64, p, OutType::kBF16, big, 1, big, 64, 0.0f}));
+  EXPECT_TRUE(skinny_gemm_supported({p, 64, p, 64, p, OutType::kBF16, big - 8, 1, big - 8, 64, 0.0f}));
+  SkinnyConfig split8;
+  split8.kernel = SkinnyConfig::Kernel::kRows;
+  split8.rows_per_warp = 1;
+  split8.splits = 8;
+  try {
+    skinny_gemm(nullptr, {p, 64, p, 64, p, OutType::kBF16, big / 8, 1, big / 8, 64, 0.0f}, nullptr, 0, 132, split8);
+    ADD_FAILURE() << "n * splits = 2^30 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n * splits < 2^30"), std::string::npos) << e.what();
+  }
 }
 
 TEST(GemmTable, KernelConfigsRoundTrip) {

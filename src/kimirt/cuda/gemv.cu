@@ -487,7 +487,7 @@ void launch(cudaStream_t stream, const Params& p, OutType y_type, dim3 grid, boo
 bool skinny_gemm_supported(const SkinnyGemmArgs& a) {
   const bool batch_ok = a.batch == 1 || (a.batch > 1 && a.batch <= 65535 && a.stride_x % 8 == 0 &&
                                          a.stride_w % 8 == 0 && a.stride_x >= 0 && a.stride_w >= 0 && a.stride_y >= 0);
-  return a.m >= 1 && a.m <= kSkinnyMaxM && a.n >= 1 && a.n < (1ll << 31) && a.k >= kChunk && a.k % kChunk == 0 &&
+  return a.m >= 1 && a.m <= kSkinnyMaxM && a.n >= 1 && a.n < (1ll << 30) && a.k >= kChunk && a.k % kChunk == 0 &&
          a.k < (1ll << 31) && a.ldx >= a.k && a.ldw >= a.k && a.ldy >= a.n && a.ldx % 8 == 0 && a.ldw % 8 == 0 && a.x &&
          a.w && a.y && detail::aligned16(a.x) && detail::aligned16(a.w) && (a.beta == 0.0f || a.beta == 1.0f) &&
          batch_ok && (!a.gate || (a.y_type == OutType::kBF16 && a.beta == 0.0f)) &&
@@ -525,23 +525,25 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
 void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, uint64_t workspace_bytes, int sm_count,
                  const SkinnyConfig& config) {
   if (a.m == 0) return;
-  KIMIRT_CUDA_REQUIRE(skinny_gemm_supported(a), "skinny_gemm: unsupported call m=", a.m, " n=", a.n, " k=", a.k,
-                      " ldx=", a.ldx, " ldw=", a.ldw, " ldy=", a.ldy, " beta=", a.beta, " batch=", a.batch,
-                      a.gate ? " gated" : "", a.x_norm ? " x_norm" : "",
-                      " (needs 1 <= m <= 16, k a multiple of 32, strides multiples of 8, x and w 16-byte aligned, a "
-                      "gate only with bf16 y and beta 0, x_norm 16-byte aligned)");
+  KIMIRT_CUDA_REQUIRE(
+      skinny_gemm_supported(a), "skinny_gemm: unsupported call m=", a.m, " n=", a.n, " k=", a.k, " ldx=", a.ldx,
+      " ldw=", a.ldw, " ldy=", a.ldy, " beta=", a.beta, " batch=", a.batch, a.gate ? " gated" : "",
+      a.x_norm ? " x_norm" : "",
+      " (needs 1 <= m <= 16, n < 2^30, k a multiple of 32, strides multiples of 8, x and w 16-byte aligned, a "
+      "gate only with bf16 y and beta 0, x_norm 16-byte aligned)");
   SkinnyConfig c = config.kernel == SkinnyConfig::Kernel::kAuto ? skinny_gemm_config(a, sm_count) : config;
   if (a.x_norm && config.kernel == SkinnyConfig::Kernel::kAuto) c.kernel = SkinnyConfig::Kernel::kMma;
   if (c.kernel != SkinnyConfig::Kernel::kMma) {
     KIMIRT_CUDA_REQUIRE(!a.x_norm, "skinny_gemm: the rows kernel does not take x_norm (the mma kernel does)");
     KIMIRT_CUDA_REQUIRE(a.batch == 1 && a.m <= 4 && (c.rows_per_warp == 1 || c.rows_per_warp == 2) &&
                             (c.splits == 1 || c.splits == 2 || c.splits == 4 || c.splits == 8) && c.max_blocks >= 0 &&
-                            (c.max_blocks == 0 || (a.m == 1 && c.rows_per_warp == 2 && c.splits == 1)),
+                            (c.max_blocks == 0 || (a.m == 1 && c.rows_per_warp == 2 && c.splits == 1)) &&
+                            a.n * c.splits < (1ll << 30),
                         "skinny_gemm: the rows kernel needs batch 1, m <= 4, 1 or 2 rows per warp, 1, 2, 4 or 8 "
-                        "splits and max_blocks >= 0; a capped grid (max_blocks) takes m = 1, 2 rows per warp and one "
-                        "split (got batch ",
-                        a.batch, ", m ", a.m, ", ", c.rows_per_warp, " rows, ", c.splits, " splits, max_blocks ",
-                        c.max_blocks, ")");
+                        "splits with n * splits < 2^30, and max_blocks >= 0; a capped grid (max_blocks) takes m = 1, 2 "
+                        "rows per warp and one split (got batch ",
+                        a.batch, ", m ", a.m, ", n ", a.n, ", ", c.rows_per_warp, " rows, ", c.splits,
+                        " splits, max_blocks ", c.max_blocks, ")");
     run_rows(stream, a, c);
     return;
   }
