@@ -369,23 +369,21 @@ void launch_rows(cudaStream_t stream, const RowsParams& p, OutType y_type, unsig
 // (unused) instead, and the occupancy query confirms one block per SM either way.
 template <typename OutT>
 int rows_persistent_smem() {
-  static const int smem = [] {
-    const void* kernel = reinterpret_cast<const void*>(gemv_rows_kernel<1, 2, OutT, kRowsPersistentThreads>);
-    int reserve = 0;
-    if (max_blocks_per_sm(kernel, kRowsPersistentThreads, 0) > 1) {
-      int device = 0, per_sm = 0;
-      KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
-      KIMIRT_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-      reserve = per_sm / 2 + 1024;
-      ensure_dynamic_smem(kernel, reserve);
-    }
-    KIMIRT_CUDA_REQUIRE(max_blocks_per_sm(kernel, kRowsPersistentThreads, reserve) == 1,
-                        "skinny_gemm: the capped rows grid's blocks do not each take a whole SM (",
-                        max_blocks_per_sm(kernel, kRowsPersistentThreads, reserve), " per SM with ", reserve,
-                        " bytes of shared memory)");
-    return reserve;
-  }();
-  return smem;
+  // Per launch, not cached in a static: the reservation belongs to the current device (the queries below are
+  // cached per device).
+  const void* kernel = reinterpret_cast<const void*>(gemv_rows_kernel<1, 2, OutT, kRowsPersistentThreads>);
+  int reserve = 0;
+  if (max_blocks_per_sm(kernel, kRowsPersistentThreads, 0) > 1) {
+    int device = 0, per_sm = 0;
+    KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
+    KIMIRT_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    reserve = per_sm / 2 + 1024;
+    ensure_dynamic_smem(kernel, reserve);
+  }
+  const int per_sm_blocks = max_blocks_per_sm(kernel, kRowsPersistentThreads, reserve);
+  KIMIRT_CUDA_REQUIRE(per_sm_blocks == 1, "skinny_gemm: the capped rows grid's blocks do not each take a whole SM (",
+                      per_sm_blocks, " per SM with ", reserve, " bytes of shared memory)");
+  return reserve;
 }
 
 void launch_rows_persistent(cudaStream_t stream, const RowsParams& p, OutType y_type, unsigned blocks) {
