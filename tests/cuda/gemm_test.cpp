@@ -694,7 +694,7 @@ TEST(Gemm, BadArgumentsAreErrors) {
     skinny_gemm(nullptr, {p, 64, p, 64, p, OutType::kBF16, big / 8, 1, big / 8, 64, 0.0f}, nullptr, 0, 132, split8);
     ADD_FAILURE() << "n * splits = 2^30 accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("n * splits < 2^30"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("n 134217728, 1 rows, 8 splits"), std::string::npos) << e.what();
   }
 }
 
@@ -723,11 +723,14 @@ TEST(GemmTable, KernelConfigsRoundTrip) {
   }
   for (const auto& [line, expected] :
        {std::pair<std::string, std::string>{"# x\nfp8 7168 7168 fast\n", ":2: FP8 GEMM path \"fast\": expected"},
-        {"fp8 7168\n", ":1: expected \"fp8 n k m ours|cublaslt\""},
-        {"fp8 7168 7168 64 ours extra\n", ":1: expected \"fp8 n k m ours|cublaslt\""},
+        {"fp8 7168\n", ":1: expected \"fp8 n k m ours|cublaslt\", got 1 field(s) after fp8"},
+        {"fp8 7168 7168 64 ours extra\n", ":1: unexpected \"extra\" after the path"},
         {"fp8 7168 7168 ours extra\n", ":1: m \"ours\" must be a positive integer"},
         {"fp8 7168 7168 0 ours\n", ":1: m \"0\" must be a positive integer"},
         {"fp8 7168 7168 64x ours\n", ":1: m \"64x\" must be a positive integer"},
+        {"fp8 7168 7168 +64 ours\n", ":1: m \"+64\" must be a positive integer"},
+        {"fp8 7168 7168 64 ours\nfp8 7168 7168 64 cublaslt\n", ":2: a second row for fp8 7168 7168 at M = 64 (line 1)"},
+        {"fp8 7168 7168 ours\nfp8 7168 7168 4096 ours\n", ":2: a second row for fp8 7168 7168 at M = 4096 (line 1)"},
         {"fp8 7168 7168 64 fast\n", ":1: FP8 GEMM path \"fast\": expected"},
         {"fp8 -5 7168 ours\n", ":1: n \"-5\" and k \"7168\" must be positive integers"}}) {
     std::ofstream(path) << line;
@@ -740,8 +743,9 @@ TEST(GemmTable, KernelConfigsRoundTrip) {
   }
 }
 
-// An FP8 row applies from its M to halfway (by ratio) to the next measured M of its shape; a row without an M,
-// from a table written before rows had one, was measured at 4096.
+// A call takes the FP8 row of its shape measured at the nearest M by ratio (below the smallest measured M the
+// smallest's, above the largest the largest's; a tie the larger M's); a row without an M, from a table written
+// before rows had one, was measured at 4096.
 TEST(GemmTable, Fp8RowsByNearestMeasuredM) {
   GemmTable t;
   t.set_fp8(7168, 7168, 64, Fp8Path::kCublasLt);

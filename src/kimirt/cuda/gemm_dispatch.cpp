@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "kimirt/base/error.h"
@@ -43,10 +45,11 @@ constexpr BuiltinRow kBuiltinRows[] = {
 
 // FP8 block-scale weights, our kernel against cuBLASLt's in the same runs (docs/PERF.md). At M = 4096
 // (2026-11-30, three runs): ours 0.94-0.98x on 7168x7168 and 0.96-0.98x on 12288x7168, 1.08-1.11x on
-// 18432x1536, 0.96-1.03x on 7168x12288 (a tie, ours kept). At M = 64 / 256 / 1024 (2026-11-30, one run, machine
-// K): 7168x7168 0.86 / 0.95 / 0.83x, 18432x1536 0.98 / 1.04 / 1.02x, 12288x7168 0.80 / 0.86 / 1.00x (a tie,
-// ours as measured), 7168x12288 0.78 / 0.92 / 0.96x. Our 128 x 128 tiles leave SMs idle or a last wave
-// short at small M (56 tiles at M = 64 on 7168 columns), where cuBLASLt picks other shapes.
+// 18432x1536, 0.96-1.03x on 7168x12288 (a tie, ours kept). At M = 64 / 256 / 1024 (2026-11-30, machines K and
+// L): 7168x7168 0.77-0.86 / 0.95-0.96 / 0.83-0.84x, 18432x1536 0.96-0.98 / 1.04-1.05 / 1.02-1.04x, 12288x7168
+// 0.77-0.80 / 0.86-0.95 / 0.99-1.00x (a tie: cuBLASLt's, as at the neighbouring M), 7168x12288 0.68-0.78 /
+// 0.92-1.08 / 0.95-0.96x (at 256 a tie: cuBLASLt's). Our 128 x 128 tiles leave SMs idle or a last wave short
+// at small M (56 tiles at M = 64 on 7168 columns), where cuBLASLt picks other shapes.
 struct BuiltinFp8Row {
   int64_t n, k, m;
   Fp8Path path;
@@ -60,7 +63,7 @@ constexpr BuiltinFp8Row kBuiltinFp8Rows[] = {
     // mla.g_proj, shared experts gate_up
     {12288, 7168, 64, Fp8Path::kCublasLt},
     {12288, 7168, 256, Fp8Path::kCublasLt},
-    {12288, 7168, 1024, Fp8Path::kOurs},
+    {12288, 7168, 1024, Fp8Path::kCublasLt},  // a tie (1.00x, then 0.99x): as at 256 and 4096
     {12288, 7168, 4096, Fp8Path::kCublasLt},
     // mla.q_b_proj
     {18432, 1536, 64, Fp8Path::kCublasLt},
@@ -123,6 +126,7 @@ GemmTable GemmTable::load(const std::string& path) {
   t.default_max_m_ = kBuiltinDefaultMaxM;
   std::string line;
   int line_no = 0;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int> fp8_lines;  // (n, k, m) -> its line
   while (std::getline(in, line)) {
     ++line_no;
     const auto hash = line.find('#');
@@ -147,20 +151,21 @@ GemmTable GemmTable::load(const std::string& path) {
       // "fp8 n k m path", or "fp8 n k path" from a table written before the rows had an M (measured at 4096).
       std::vector<std::string> f;
       for (std::string w; s >> w;) f.push_back(w);
-      KIMIRT_CHECK(f.size() == 3 || f.size() == 4, "GEMM table {}:{}: expected \"fp8 n k m ours|cublaslt\"", path,
-                   line_no);
+      KIMIRT_CHECK(f.size() >= 3, "GEMM table {}:{}: expected \"fp8 n k m ours|cublaslt\", got {} field(s) after fp8",
+                   path, line_no, f.size());
+      KIMIRT_CHECK(f.size() <= 4, "GEMM table {}:{}: unexpected \"{}\" after the path of \"fp8 n k m ours|cublaslt\"",
+                   path, line_no, f[4]);
       const auto [n, k] = positive(f[0], f[1]);
       int64_t m = 4096;
       if (f.size() == 4) {
-        size_t pm = 0;
-        try {
-          m = std::stoll(f[2], &pm);
-        } catch (const std::exception&) {
-          m = 0;
-        }
-        KIMIRT_CHECK(pm == f[2].size() && m > 0, "GEMM table {}:{}: m \"{}\" must be a positive integer", path, line_no,
-                     f[2]);
+        const bool digits =
+            !f[2].empty() && f[2].size() <= 12 && f[2].find_first_not_of("0123456789") == std::string::npos;
+        m = digits ? std::stoll(f[2]) : 0;
+        KIMIRT_CHECK(m > 0, "GEMM table {}:{}: m \"{}\" must be a positive integer", path, line_no, f[2]);
       }
+      const auto [seen, fresh] = fp8_lines.try_emplace({n, k, m}, line_no);
+      KIMIRT_CHECK(fresh, "GEMM table {}:{}: a second row for fp8 {} {} at M = {} (line {})", path, line_no, n, k, m,
+                   seen->second);
       t.set_fp8(n, k, m,
                 with_context(fmt::format("GEMM table {}:{}", path, line_no), [&] { return parse_fp8_path(f.back()); }));
       continue;

@@ -365,32 +365,17 @@ void launch_rows(cudaStream_t stream, const RowsParams& p, OutType y_type, unsig
 // alone on its SM, so that the grid keeps exactly `blocks` SMs (the layer plans the attention around the
 // rest). Today the registers see to that: this instance uses 64 per thread without spilling (ptxas -v, CUDA
 // 13.0; more tokens or one row per warp spill), and 64 x 1024 is the whole register file. Should a compiler
-// need fewer, two blocks could share an SM; the block then asks for more than half of an SM's shared memory
-// (unused) instead, and the occupancy query confirms one block per SM either way.
+// need fewer, smem_for_one_block_per_sm reserves shared memory instead.
 template <typename OutT>
-int rows_persistent_smem() {
-  // Per launch, not cached in a static: the reservation belongs to the current device (the queries below are
-  // cached per device).
-  const void* kernel = reinterpret_cast<const void*>(gemv_rows_kernel<1, 2, OutT, kRowsPersistentThreads>);
-  int reserve = 0;
-  if (max_blocks_per_sm(kernel, kRowsPersistentThreads, 0) > 1) {
-    int device = 0, per_sm = 0;
-    KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
-    KIMIRT_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-    reserve = per_sm / 2 + 1024;
-    ensure_dynamic_smem(kernel, reserve);
-  }
-  const int per_sm_blocks = max_blocks_per_sm(kernel, kRowsPersistentThreads, reserve);
-  KIMIRT_CUDA_REQUIRE(per_sm_blocks == 1, "skinny_gemm: the capped rows grid's blocks do not each take a whole SM (",
-                      per_sm_blocks, " per SM with ", reserve, " bytes of shared memory)");
-  return reserve;
+const void* rows_persistent_kernel() {
+  return reinterpret_cast<const void*>(gemv_rows_kernel<1, 2, OutT, kRowsPersistentThreads>);
 }
 
 void launch_rows_persistent(cudaStream_t stream, const RowsParams& p, OutType y_type, unsigned blocks) {
   with_out_type(y_type, [&](auto out) {
     using OutT = typename decltype(out)::type;
-    gemv_rows_kernel<1, 2, OutT, kRowsPersistentThreads>
-        <<<blocks, kRowsPersistentThreads, rows_persistent_smem<OutT>(), stream>>>(p);
+    const int smem = smem_for_one_block_per_sm(rows_persistent_kernel<OutT>(), kRowsPersistentThreads);
+    gemv_rows_kernel<1, 2, OutT, kRowsPersistentThreads><<<blocks, kRowsPersistentThreads, smem, stream>>>(p);
   });
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
@@ -486,7 +471,7 @@ bool skinny_gemm_supported(const SkinnyGemmArgs& a) {
   const bool batch_ok = a.batch == 1 || (a.batch > 1 && a.batch <= 65535 && a.stride_x % 8 == 0 &&
                                          a.stride_w % 8 == 0 && a.stride_x >= 0 && a.stride_w >= 0 && a.stride_y >= 0);
   return a.m >= 1 && a.m <= kSkinnyMaxM && a.n >= 1 && a.n < (1ll << 30) && a.k >= kChunk && a.k % kChunk == 0 &&
-         a.k < (1ll << 31) && a.ldx >= a.k && a.ldw >= a.k && a.ldy >= a.n && a.ldx % 8 == 0 && a.ldw % 8 == 0 && a.x &&
+         a.k < (1ll << 30) && a.ldx >= a.k && a.ldw >= a.k && a.ldy >= a.n && a.ldx % 8 == 0 && a.ldw % 8 == 0 && a.x &&
          a.w && a.y && detail::aligned16(a.x) && detail::aligned16(a.w) && (a.beta == 0.0f || a.beta == 1.0f) &&
          batch_ok && (!a.gate || (a.y_type == OutType::kBF16 && a.beta == 0.0f)) &&
          (!a.x_norm || detail::aligned16(a.x_norm));
@@ -500,9 +485,9 @@ uint64_t skinny_gemm_workspace_bytes(int64_t m, int64_t n, int64_t k, int sm_cou
 int skinny_capped_blocks_per_sm(OutType y_type) {
   int blocks = 0;
   with_out_type(y_type, [&](auto out) {
-    using OutT = typename decltype(out)::type;
-    blocks = max_blocks_per_sm(reinterpret_cast<const void*>(gemv_rows_kernel<1, 2, OutT, kRowsPersistentThreads>),
-                               kRowsPersistentThreads, rows_persistent_smem<OutT>());
+    const void* kernel = rows_persistent_kernel<typename decltype(out)::type>();
+    blocks =
+        max_blocks_per_sm(kernel, kRowsPersistentThreads, smem_for_one_block_per_sm(kernel, kRowsPersistentThreads));
   });
   return blocks;
 }
@@ -523,12 +508,12 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
 void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, uint64_t workspace_bytes, int sm_count,
                  const SkinnyConfig& config) {
   if (a.m == 0) return;
-  KIMIRT_CUDA_REQUIRE(
-      skinny_gemm_supported(a), "skinny_gemm: unsupported call m=", a.m, " n=", a.n, " k=", a.k, " ldx=", a.ldx,
-      " ldw=", a.ldw, " ldy=", a.ldy, " beta=", a.beta, " batch=", a.batch, a.gate ? " gated" : "",
-      a.x_norm ? " x_norm" : "",
-      " (needs 1 <= m <= 16, n < 2^30, k a multiple of 32, strides multiples of 8, x and w 16-byte aligned, a "
-      "gate only with bf16 y and beta 0, x_norm 16-byte aligned)");
+  KIMIRT_CUDA_REQUIRE(skinny_gemm_supported(a), "skinny_gemm: unsupported call m=", a.m, " n=", a.n, " k=", a.k,
+                      " ldx=", a.ldx, " ldw=", a.ldw, " ldy=", a.ldy, " beta=", a.beta, " batch=", a.batch,
+                      a.gate ? " gated" : "", a.x_norm ? " x_norm" : "",
+                      " (needs 1 <= m <= 16, n < 2^30, k a multiple of 32 below 2^30, strides multiples of 8, x and w "
+                      "16-byte aligned, a "
+                      "gate only with bf16 y and beta 0, x_norm 16-byte aligned)");
   SkinnyConfig c = config.kernel == SkinnyConfig::Kernel::kAuto ? skinny_gemm_config(a, sm_count) : config;
   if (a.x_norm && config.kernel == SkinnyConfig::Kernel::kAuto) c.kernel = SkinnyConfig::Kernel::kMma;
   if (c.kernel != SkinnyConfig::Kernel::kMma) {

@@ -59,9 +59,9 @@ struct SkinnyConfig {
   int max_blocks = 0;
 };
 
-// Whether the skinny kernel can run this call (m ≤ 16, n < 2^30 (the kernels' row arithmetic is 32-bit),
-// k % 32 == 0, row and batch strides of x and w multiples of 8 elements, x, w and x_norm 16-byte aligned, a
-// gate only with BF16 y and beta 0); the dispatcher falls back to cuBLASLt otherwise.
+// Whether the skinny kernel can run this call (m ≤ 16, n and k below 2^30 (the kernels' index arithmetic is
+// 32-bit), k % 32 == 0, row and batch strides of x and w multiples of 8 elements, x, w and x_norm 16-byte
+// aligned, a gate only with BF16 y and beta 0); the dispatcher falls back to cuBLASLt otherwise.
 bool skinny_gemm_supported(const SkinnyGemmArgs& a);
 
 // Bytes of fp32 partial sums the split-K path may need for this shape on `sm_count` SMs.

@@ -1,5 +1,6 @@
-// Per-device caches of the dynamic shared memory limits granted to kernels and of cluster occupancy; the
-// launch configuration's attributes.
+// Per-device caches of the dynamic shared memory limits granted to kernels, of occupancy (clusters, blocks
+// per SM) and of the reservation that keeps a kernel's blocks one per SM; the launch configuration's
+// attributes.
 #include "kimirt/cuda/kernel_attr.h"
 
 #include <map>
@@ -59,38 +60,66 @@ LaunchConfig& LaunchConfig::overlap_previous(bool on) {
   return *this;
 }
 
-int max_active_clusters(const void* kernel, int blocks, int threads, int smem) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, const void*, int, int, int>, int> cache;
+namespace {
+
+// The value `compute` gives for `key` on the current device, computed once per (device, key) under one lock
+// per call site; a failing computation (it throws) leaves no entry, so a later call tries again.
+template <typename Key, typename Compute>
+int cached_per_device(std::mutex& mu, std::map<std::pair<int, Key>, int>& cache, const Key& key, Compute compute) {
   int device = 0;
   KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(mu);
-  auto [it, fresh] = cache.try_emplace({device, kernel, blocks, threads, smem}, 0);
-  if (fresh) {
+  const auto it = cache.find({device, key});
+  if (it != cache.end()) return it->second;
+  const int value = compute(device);
+  cache.emplace(std::pair{device, key}, value);
+  return value;
+}
+
+}  // namespace
+
+int max_active_clusters(const void* kernel, int blocks, int threads, int smem) {
+  static std::mutex mu;
+  static std::map<std::pair<int, std::tuple<const void*, int, int, int>>, int> cache;
+  return cached_per_device(mu, cache, std::tuple{kernel, blocks, threads, smem}, [&](int) {
     // A grid of 1024 clusters of `blocks`: whole clusters of a compiled-in shape too (up to 1024 blocks).
     LaunchConfig config(dim3(static_cast<unsigned>(blocks) * 1024), threads, smem, nullptr);
     config.cluster(blocks);
-    const cudaError_t err = cudaOccupancyMaxActiveClusters(&it->second, kernel, config.get());
-    if (err != cudaSuccess) cache.erase(it);
-    KIMIRT_CUDA_CHECK(err);
-  }
-  return it->second;
+    int clusters = 0;
+    KIMIRT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, config.get()));
+    return clusters;
+  });
 }
 
 int max_blocks_per_sm(const void* kernel, int threads, int smem) {
   static std::mutex mu;
-  static std::map<std::tuple<int, const void*, int, int>, int> cache;
-  int device = 0;
-  KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mu);
-  auto [it, fresh] = cache.try_emplace({device, kernel, threads, smem}, 0);
-  if (fresh) {
-    const cudaError_t err =
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, static_cast<size_t>(smem));
-    if (err != cudaSuccess) cache.erase(it);
-    KIMIRT_CUDA_CHECK(err);
-  }
-  return it->second;
+  static std::map<std::pair<int, std::tuple<const void*, int, int>>, int> cache;
+  return cached_per_device(mu, cache, std::tuple{kernel, threads, smem}, [&](int) {
+    int blocks = 0;
+    KIMIRT_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, static_cast<size_t>(smem)));
+    return blocks;
+  });
+}
+
+int smem_for_one_block_per_sm(const void* kernel, int threads) {
+  static std::mutex mu;
+  static std::map<std::pair<int, std::tuple<const void*, int>>, int> cache;
+  return cached_per_device(mu, cache, std::tuple{kernel, threads}, [&](int device) {
+    int reserve = 0;
+    if (max_blocks_per_sm(kernel, threads, 0) > 1) {
+      // Two blocks then need more than the SM holds, whatever each also takes (static shared memory, the
+      // system's per-block reservation): each asks for more than half of it.
+      int per_sm = 0;
+      KIMIRT_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+      reserve = per_sm / 2 + 16;
+      ensure_dynamic_smem(kernel, reserve);
+    }
+    const int blocks = max_blocks_per_sm(kernel, threads, reserve);
+    KIMIRT_CUDA_REQUIRE(blocks == 1, "smem_for_one_block_per_sm: ", blocks, " blocks of ", threads,
+                        " threads per SM with ", reserve, " bytes of dynamic shared memory (want exactly 1)");
+    return reserve;
+  });
 }
 
 }  // namespace kimirt::cuda

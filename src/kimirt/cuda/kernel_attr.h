@@ -2,7 +2,7 @@
 // memory once per (kernel, device) rather than on every launch (the attribute call is a driver round trip,
 // and a decode step launches hundreds of kernels); the cudaLaunchKernelEx configuration with the launch
 // attributes our kernels use (thread-block clusters, programmatic dependent launch); the number of
-// clusters that fit on the device.
+// clusters, or of blocks per SM, that fit on the device, and the shared memory that keeps blocks one per SM.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -42,5 +42,11 @@ int max_active_clusters(const void* kernel, int blocks, int threads, int smem);
 // Blocks of `kernel` (threads and dynamic shared memory per block) that one SM of the current device holds
 // at once. Cached per (device, kernel, threads, smem); throws when the query fails.
 int max_blocks_per_sm(const void* kernel, int threads, int smem);
+
+// Dynamic shared memory to launch `kernel` with (blocks of `threads` threads) so that an SM holds exactly one
+// of its blocks, for a grid that must keep as many SMs as it has blocks: 0 when its registers or static shared
+// memory already see to that, else more than half of an SM's (the kernel is opted in to it). Cached per
+// (device, kernel, threads); throws when no amount gives exactly one.
+int smem_for_one_block_per_sm(const void* kernel, int threads);
 
 }  // namespace kimirt::cuda
