@@ -682,10 +682,12 @@ TEST(Gemm, BadArgumentsAreErrors) {
   const SkinnyGemmArgs a{p + 1, 64, p, 64, p, OutType::kBF16, 64, 2, 64, 64, 0.0f};  // misaligned x
   EXPECT_FALSE(skinny_gemm_supported(a));
   EXPECT_THROW(skinny_gemm(nullptr, a, nullptr, 0, 132), Error);
-  // The kernels index rows in 32 bits: n below 2^30, and n times the rows kernel's K splits too.
+  // The kernels index rows and K in 32 bits: n and k below 2^30, and n times the rows kernel's K splits too.
   const int64_t big = int64_t{1} << 30;
   EXPECT_FALSE(skinny_gemm_supported({p, 64, p, 64, p, OutType::kBF16, big, 1, big, 64, 0.0f}));
   EXPECT_TRUE(skinny_gemm_supported({p, 64, p, 64, p, OutType::kBF16, big - 8, 1, big - 8, 64, 0.0f}));
+  EXPECT_FALSE(skinny_gemm_supported({p, big, p, big, p, OutType::kBF16, 64, 1, 64, big, 0.0f}));
+  EXPECT_TRUE(skinny_gemm_supported({p, big - 32, p, big - 32, p, OutType::kBF16, 64, 1, 64, big - 32, 0.0f}));
   SkinnyConfig split8;
   split8.kernel = SkinnyConfig::Kernel::kRows;
   split8.rows_per_warp = 1;
