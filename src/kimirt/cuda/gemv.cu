@@ -512,8 +512,7 @@ void skinny_gemm(cudaStream_t stream, const SkinnyGemmArgs& a, void* workspace, 
                       " ldx=", a.ldx, " ldw=", a.ldw, " ldy=", a.ldy, " beta=", a.beta, " batch=", a.batch,
                       a.gate ? " gated" : "", a.x_norm ? " x_norm" : "",
                       " (needs 1 <= m <= 16, n < 2^30, k a multiple of 32 below 2^30, strides multiples of 8, x and w "
-                      "16-byte aligned, a "
-                      "gate only with bf16 y and beta 0, x_norm 16-byte aligned)");
+                      "16-byte aligned, a gate only with bf16 y and beta 0, x_norm 16-byte aligned)");
   SkinnyConfig c = config.kernel == SkinnyConfig::Kernel::kAuto ? skinny_gemm_config(a, sm_count) : config;
   if (a.x_norm && config.kernel == SkinnyConfig::Kernel::kAuto) c.kernel = SkinnyConfig::Kernel::kMma;
   if (c.kernel != SkinnyConfig::Kernel::kMma) {
