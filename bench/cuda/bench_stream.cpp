@@ -1,0 +1,104 @@
+// Read-streaming ceilings: the decode attention's bytes (32k and 64k rows of the latent cache) pulled into
+// shared memory by one block per SM through a ring of 32-row tiles, for each copy form, and by plain loads.
+// What the MLA decode kernels reach is judged against these rather than against the copy bandwidth alone:
+// the difference is what the kernel's own work costs.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda_bench.h"
+#include "kimirt/cuda/check.h"
+#include "kimirt/cuda/memory.h"
+#include "kimirt/cuda/random_fill.h"
+#include "stream_kernels.h"
+
+namespace kimirt::bench::cuda {
+namespace {
+
+using namespace kimirt::cuda;
+
+const char* copy_name(StreamCopy c) {
+  switch (c) {
+    case StreamCopy::kTileMap:
+      return "tile map";
+    case StreamCopy::kBulkRows:
+      return "bulk rows";
+    case StreamCopy::kBulkTile:
+      return "bulk tile";
+  }
+  return "?";
+}
+
+// Times `calls` launches captured as one CUDA graph (as the decode bench does), per launch.
+template <typename Fn>
+double graph_us(Context& ctx, int calls, Fn&& launch_call) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+  for (int r = 0; r < calls; ++r) launch_call(r);
+  KIMIRT_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
+  KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double us = time_us(
+                        ctx, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream)); }, 4) /
+                    calls;
+  KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+  return us;
+}
+
+void stream_suite(Context& ctx) {
+  constexpr double kRotateBytes = 256e6;  // several times the L2, as in the decode bench
+  for (const int64_t rows : {int64_t{32768}, int64_t{65536}}) {
+    const int64_t bytes = rows * kStreamRowBytes;
+    const int copies = static_cast<int>(std::ceil(kRotateBytes / static_cast<double>(bytes)));
+    const int calls = std::max(copies, 6);
+    std::vector<DeviceBuffer> regions;
+    std::vector<CUtensorMap> maps;
+    for (int c = 0; c < copies; ++c) {
+      regions.emplace_back(bytes);
+      fill_uniform(regions.back().as<__nv_bfloat16>(), bytes / 2, -1, 1, 31 + c, ctx.stream);
+      maps.push_back(stream_tile_map(regions.back().data(), rows));
+    }
+    DeviceBuffer sink(4 * 4096);
+    const int tiles = static_cast<int>(rows / kStreamTileRows);
+    struct Case {
+      StreamCopy copy;
+      int blocks, stages;
+      bool pdl = false;
+    };
+    const Case cases[] = {
+        {StreamCopy::kTileMap, 128, 4},       {StreamCopy::kTileMap, 128, 6},      {StreamCopy::kBulkRows, 128, 4},
+        {StreamCopy::kBulkRows, 128, 6},      {StreamCopy::kBulkTile, 128, 4},     {StreamCopy::kBulkTile, 128, 6},
+        {StreamCopy::kTileMap, 256, 2},       {StreamCopy::kBulkRows, 256, 2},     {StreamCopy::kTileMap, 64, 6},
+        {StreamCopy::kTileMap, 128, 4, true}, {StreamCopy::kTileMap, 256, 2, true}};
+    for (const Case& c : cases) {
+      const std::string name = fmt::format("stream {} rows={} blocks={} stages={}{}", copy_name(c.copy), rows, c.blocks,
+                                           c.stages, c.pdl ? " PDL" : "");
+      if (!ctx.wants(name)) continue;
+      const double us = graph_us(ctx, calls, [&](int r) {
+        stream_tiles(ctx.stream, c.copy, regions[r % copies].data(), maps[r % copies], c.blocks, tiles / c.blocks,
+                     c.stages, c.pdl, sink.as<float>());
+      });
+      ctx.add({"stream", name, us, static_cast<double>(bytes), 0,
+               fmt::format("{} tiles per block, {:.0f} KB in flight per block", tiles / c.blocks,
+                           c.stages * kStreamTileRows * kStreamRowBytes / 1024.0)});
+    }
+    for (const int per_sm : {4, 8}) {
+      const int blocks = per_sm * ctx.device.sm_count;
+      const std::string name = fmt::format("stream loads rows={} blocks={}", rows, blocks);
+      if (!ctx.wants(name)) continue;
+      const double us = graph_us(ctx, calls, [&](int r) {
+        stream_loads(ctx.stream, regions[r % copies].data(), bytes, blocks, sink.as<float>());
+      });
+      ctx.add({"stream", name, us, static_cast<double>(bytes), 0, "16-byte streaming loads, 512 threads per block"});
+    }
+  }
+}
+
+const Registrar kRegister("stream", stream_suite);
+
+}  // namespace
+}  // namespace kimirt::bench::cuda
