@@ -96,20 +96,10 @@ void mla_suite(Context& ctx) {
         a.cache = pc.cache(c);
         mla_decode(ctx.stream, a, plan, ws.data());
       }
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-      for (int r = 0; r < calls; ++r) {
+      const double us = graph_time_us(ctx, calls, [&](int r) {
         a.cache = pc.cache(r);
         mla_decode(ctx.stream, a, plan, ws.data());
-      }
-      KIMIRT_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
-      KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      const double us = time_us(
-                            ctx, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream)); }, 4) /
-                        calls;
-      KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+      });
       const double rows = static_cast<double>(batch) * seq;
       const bool is_chosen = plan.kernel == chosen.kernel;
       Result r{"mla",

@@ -32,23 +32,6 @@ const char* copy_name(StreamCopy c) {
   return "?";
 }
 
-// Times `calls` launches captured as one CUDA graph (as the decode bench does), per launch.
-template <typename Fn>
-double graph_us(Context& ctx, int calls, Fn&& launch_call) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
-  for (int r = 0; r < calls; ++r) launch_call(r);
-  KIMIRT_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
-  KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  const double us = time_us(
-                        ctx, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream)); }, 4) /
-                    calls;
-  KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
-  return us;
-}
-
 void stream_suite(Context& ctx) {
   constexpr double kRotateBytes = 256e6;  // several times the L2, as in the decode bench
   for (const int64_t rows : {int64_t{32768}, int64_t{65536}}) {
@@ -78,7 +61,7 @@ void stream_suite(Context& ctx) {
       const std::string name = fmt::format("stream {} rows={} blocks={} stages={}{}", copy_name(c.copy), rows, c.blocks,
                                            c.stages, c.pdl ? " PDL" : "");
       if (!ctx.wants(name)) continue;
-      const double us = graph_us(ctx, calls, [&](int r) {
+      const double us = graph_time_us(ctx, calls, [&](int r) {
         stream_tiles(ctx.stream, c.copy, regions[r % copies].data(), maps[r % copies], c.blocks, tiles / c.blocks,
                      c.stages, c.pdl, sink.as<float>());
       });
@@ -90,7 +73,7 @@ void stream_suite(Context& ctx) {
       const int blocks = per_sm * ctx.device.sm_count;
       const std::string name = fmt::format("stream loads rows={} blocks={}", rows, blocks);
       if (!ctx.wants(name)) continue;
-      const double us = graph_us(ctx, calls, [&](int r) {
+      const double us = graph_time_us(ctx, calls, [&](int r) {
         stream_loads(ctx.stream, regions[r % copies].data(), bytes, blocks, sink.as<float>());
       });
       ctx.add({"stream", name, us, static_cast<double>(bytes), 0, "16-byte streaming loads, 512 threads per block"});

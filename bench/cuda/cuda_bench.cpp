@@ -49,6 +49,21 @@ double time_us(Context& ctx, const std::function<void()>& fn, int reps, int samp
   return t[t.size() / 2];
 }
 
+double graph_time_us(Context& ctx, int calls, const std::function<void(int)>& launch) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
+  for (int r = 0; r < calls; ++r) launch(r);
+  KIMIRT_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
+  KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double us = time_us(
+                        ctx, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream)); }, 4) /
+                    calls;
+  KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+  return us;
+}
+
 std::vector<std::pair<std::string, Suite>>& mutable_suites() {
   static std::vector<std::pair<std::string, Suite>> s;
   return s;

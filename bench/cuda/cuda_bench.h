@@ -47,6 +47,10 @@ struct Context {
 // calls each, timed with CUDA events on ctx.stream.
 double time_us(Context& ctx, const std::function<void()>& fn, int reps = 10, int samples = 15, int warmup = 3);
 
+// Time per call of `calls` calls of launch(r) (r = 0 .. calls - 1) captured as one CUDA graph on ctx.stream, as a
+// decode step runs them: device time without the host's launch overhead.
+double graph_time_us(Context& ctx, int calls, const std::function<void(int)>& launch);
+
 using Suite = std::function<void(Context&)>;
 void register_suite(const std::string& name, Suite suite);
 const std::vector<std::pair<std::string, Suite>>& suites();
