@@ -19,8 +19,9 @@
 // (Q staged in shared memory once); the 4 partials meet in shared memory (one named barrier per tile)
 // and every warp sums them in the same order, so all four run the same online softmax bit for bit.
 // Warp w then accumulates O[:, 128w .. 128w + 127] += P · V (P straight from the score registers, V by
-// ldmatrix.trans). At the end group 1 hands (m, l, O) to group 0 through shared memory, which combines,
-// normalizes and writes the chunk's [heads x 512] rows (bf16) and its log-sum-exp.
+// ldmatrix.trans). At the end the two groups swap (m, l) and half of O through shared memory; each combines
+// and normalizes the other half (both at once: the epilogue follows the last tile, so its latency is the
+// block's), and the block writes the chunk's [heads x 512] rows (bf16) and its log-sum-exp.
 #pragma once
 
 #include <cuda.h>
@@ -57,12 +58,15 @@ constexpr int kQOffset = kStages * kTileBytes + kXchgFloat4s * 16;
 constexpr int kBarOffset = kQOffset + kHeads * kQLd;
 constexpr int kSmemBytes = 1024 + kBarOffset + 2 * kStages * 8;
 constexpr int kStageLd = kMlaLatent + 8;  // bf16 per staged output row (padded: no bank conflicts)
-// The epilogue reuses the ring: group 1's O and (m, l) in stage 1, the bf16 output rows in stage 0.
-constexpr int kHandOffBytes = kGroupWarps * kOTiles * 32 * 16 + kGroupWarps * 32 * 16;
+// The epilogue reuses the ring: the O halves the groups hand over in stage 1, their (m, l) in stage 2, the bf16
+// output rows in stage 0.
+constexpr int kHandOffBytes = kGroups * kGroupWarps * (kOTiles / 2) * 32 * 16;
 
 static_assert(kHeads == 16 && kMlaRow % (kGroupWarps * 16) == 0 && kMlaLatent % (kGroupWarps * 16) == 0,
               "warp split of the dims");
-static_assert(kHandOffBytes <= kTileBytes && kHeads * kStageLd * 2 <= kTileBytes, "epilogue fits the ring");
+static_assert(kHandOffBytes <= kTileBytes && kGroups * kGroupWarps * 32 * 16 <= kTileBytes &&
+                  kHeads * kStageLd * 2 <= kTileBytes && kStages >= 3,
+              "epilogue fits the ring");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
 static_assert(kStages % kGroups == 0, "a stage serves one consumer group");
 
@@ -311,21 +315,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
   }
   detail::named_barrier_sync(kBothGroups, kConsumers);  // every issued tile has landed and been read
-  // Each group writes into a ring stage of its own (whose copies it has waited for): group 1's hand-off in
-  // stage 1, group 0's output rows in stage 0.
-  float4* o_hand = reinterpret_cast<float4*>(smem + kTileBytes);                                     // [wq][n][lane]
-  float4* ml_hand = reinterpret_cast<float4*>(smem + kTileBytes + kGroupWarps * kOTiles * 32 * 16);  // [wq][lane]
-  bf16* stage = reinterpret_cast<bf16*>(smem);                                                       // [16][kStageLd]
-  if (grp == 1) {
+  // The two groups' (m, l, O) meet in the idle ring: each group combines, normalizes and stages half of the
+  // columns (warp wq of group 0 the first 64 of its 128, O tiles 0-7; of group 1 the other 64), handing the
+  // other half and its (m, l) to the other group, so that both halves are done at once.
+  float4* o_hand = reinterpret_cast<float4*>(smem + kTileBytes);       // [grp][wq][j][lane], the half given
+  float4* ml_hand = reinterpret_cast<float4*>(smem + 2 * kTileBytes);  // [grp][wq][lane]
+  bf16* stage = reinterpret_cast<bf16*>(smem);                         // [16][kStageLd]
+  constexpr int kHalf = kOTiles / 2;
+  const bool first = grp == 0;
 #pragma unroll
-    for (int n = 0; n < kOTiles; ++n)
-      o_hand[(wq * kOTiles + n) * 32 + lane] = make_float4(o[n][0], o[n][1], o[n][2], o[n][3]);
-    ml_hand[wq * 32 + lane] = make_float4(m_run[0], m_run[1], l_run[0], l_run[1]);
+  for (int j = 0; j < kHalf; ++j) {
+    o_hand[((grp * kGroupWarps + wq) * kHalf + j) * 32 + lane] =
+        first ? make_float4(o[kHalf + j][0], o[kHalf + j][1], o[kHalf + j][2], o[kHalf + j][3])
+              : make_float4(o[j][0], o[j][1], o[j][2], o[j][3]);
   }
+  ml_hand[(grp * kGroupWarps + wq) * 32 + lane] = make_float4(m_run[0], m_run[1], l_run[0], l_run[1]);
   detail::named_barrier_sync(kBothGroups, kConsumers);
-  if (grp == 0) {
-    // Group 1 may have had no tile (m = -inf, l = 0, O = 0): its weight is then 0.
-    const float4 ml = ml_hand[wq * 32 + lane];
+  {
+    const int other = (grp ^ 1) * kGroupWarps + wq;
+    float4 u[kHalf];
+#pragma unroll
+    for (int j = 0; j < kHalf; ++j) u[j] = o_hand[(other * kHalf + j) * 32 + lane];
+    // A group may have had no tile (m = -inf, l = 0, O = 0): its weight is then 0. Both groups get the same
+    // m and l (the same operations on the same values).
+    const float4 ml = ml_hand[other * 32 + lane];
     const float m1[2] = {ml.x, ml.y}, l1[2] = {ml.z, ml.w};
     float w0[2], w1[2], inv[2];
 #pragma unroll
@@ -338,16 +351,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       m_run[r] = m;
       l_run[r] = l;
     }
+    const int n0 = first ? 0 : kHalf;
 #pragma unroll
-    for (int n = 0; n < kOTiles; ++n) {
-      const float4 u = o_hand[(wq * kOTiles + n) * 32 + lane];
-      const int col = 128 * wq + 8 * n + 2 * tq;
+    for (int j = 0; j < kHalf; ++j) {
+      float mine[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) mine[e] = first ? o[j][e] : o[kHalf + j][e];
+      const int col = 128 * wq + 8 * (n0 + j) + 2 * tq;
       *reinterpret_cast<uint32_t*>(stage + g * kStageLd + col) =
-          detail::pack_bf16x2((o[n][0] * w0[0] + u.x * w1[0]) * inv[0], (o[n][1] * w0[0] + u.y * w1[0]) * inv[0]);
+          detail::pack_bf16x2((mine[0] * w0[0] + u[j].x * w1[0]) * inv[0], (mine[1] * w0[0] + u[j].y * w1[0]) * inv[0]);
       *reinterpret_cast<uint32_t*>(stage + (g + 8) * kStageLd + col) =
-          detail::pack_bf16x2((o[n][2] * w0[1] + u.z * w1[1]) * inv[1], (o[n][3] * w0[1] + u.w * w1[1]) * inv[1]);
+          detail::pack_bf16x2((mine[2] * w0[1] + u[j].z * w1[1]) * inv[1], (mine[3] * w0[1] + u[j].w * w1[1]) * inv[1]);
     }
-    if (prm.splits > 1 && wq == 0 && tq == 0) {
+    if (prm.splits > 1 && first && wq == 0 && tq == 0) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int h = g + 8 * r;
