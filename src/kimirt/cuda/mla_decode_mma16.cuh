@@ -83,6 +83,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* map, const MlaDecodeA
   const int page_end = (k_end + ps - 1) / ps;
   int base = k_start / ps;
   auto entry = [&](int page) { return page < page_end ? __ldg(table + page) : 0; };
+  const uint64_t policy = detail::l2_evict_first_policy();
   for (int t = 0; t < n_tiles; ++t) {
     const int st = t % kStages;
     const int key = k_start + t * kRows;
@@ -97,7 +98,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* map, const MlaDecodeA
       if (t >= kStages) detail::mbar_wait(empty0 + 8 * st, ((t / kStages) - 1) & 1);
       const uint32_t bar = full0 + 8 * st;
       detail::mbar_expect_tx(bar, static_cast<uint32_t>(kTileBytes));
-      detail::tma_load_3d(tiles + st * kTileBytes, map, 0, row, 0, bar);
+      detail::tma_load_3d_hint(tiles + st * kTileBytes, map, 0, row, 0, bar, policy);
     }
     __syncwarp();
   }
