@@ -734,7 +734,12 @@ TEST(GemmTable, KernelConfigsRoundTrip) {
         {"fp8 7168 7168 64 ours\nfp8 7168 7168 64 cublaslt\n", ":2: a second row for fp8 7168 7168 at M = 64 (line 1)"},
         {"fp8 7168 7168 ours\nfp8 7168 7168 4096 ours\n", ":2: a second row for fp8 7168 7168 at M = 4096 (line 1)"},
         {"fp8 7168 7168 64 fast\n", ":1: FP8 GEMM path \"fast\": expected"},
-        {"fp8 -5 7168 ours\n", ":1: n \"-5\" and k \"7168\" must be positive integers"}}) {
+        {"fp8 -5 7168 ours\n", ":1: n \"-5\" and k \"7168\" must be positive integers"},
+        {"fp8 +7168 7168 ours\n", ":1: n \"+7168\" and k \"7168\" must be positive integers"},
+        {"7168 7168x 4\n", ":1: n \"7168\" and k \"7168x\" must be positive integers"},
+        {"7168 7168 +4\n", ":1: max_skinny_m \"+4\" is not an integer in [0, 16]"},
+        {"7168 7168 17\n", ":1: max_skinny_m \"17\" is not an integer in [0, 16]"},
+        {"* * -1\n", ":1: max_skinny_m \"-1\" is not an integer in [0, 16]"}}) {
     std::ofstream(path) << line;
     try {
       GemmTable::load(path.string());

@@ -83,6 +83,15 @@ Fp8Path parse_fp8_path(const std::string& text) {
   fail("FP8 GEMM path \"{}\": expected \"ours\" or \"cublaslt\"", text);
 }
 
+// A table integer: decimal digits only (no sign, no spaces, at most 12 of them), as the GEMM bench writes
+// them; nullopt for anything else, so that every field of a line is read by the same rule.
+std::optional<int64_t> table_integer(const std::string& text) {
+  if (text.empty() || text.size() > 12 || text.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoll(text);
+}
+
 }  // namespace
 
 const char* fp8_path_name(Fp8Path p) { return p == Fp8Path::kOurs ? "ours" : "cublaslt"; }
@@ -132,20 +141,13 @@ GemmTable GemmTable::load(const std::string& path) {
     const auto hash = line.find('#');
     if (hash != std::string::npos) line.resize(hash);
     std::istringstream s(line);
-    std::string n_text, k_text;
-    int max_m = 0;
+    std::string n_text, k_text, max_m_text;
     if (!(s >> n_text)) continue;  // blank or comment
     const auto positive = [&](const std::string& n_s, const std::string& k_s) {
-      int64_t n = 0, k = 0;
-      try {
-        size_t pn = 0, pk = 0;
-        n = std::stoll(n_s, &pn);
-        k = std::stoll(k_s, &pk);
-        KIMIRT_CHECK(pn == n_s.size() && pk == k_s.size() && n > 0 && k > 0, "bad");
-      } catch (const std::exception&) {
-        fail("GEMM table {}:{}: n \"{}\" and k \"{}\" must be positive integers", path, line_no, n_s, k_s);
-      }
-      return std::pair{n, k};
+      const std::optional<int64_t> n = table_integer(n_s), k = table_integer(k_s);
+      KIMIRT_CHECK(n && k && *n > 0 && *k > 0, "GEMM table {}:{}: n \"{}\" and k \"{}\" must be positive integers",
+                   path, line_no, n_s, k_s);
+      return std::pair{*n, *k};
     };
     if (n_text == "fp8") {
       // "fp8 n k m path", or "fp8 n k path" from a table written before the rows had an M (measured at 4096).
@@ -158,9 +160,7 @@ GemmTable GemmTable::load(const std::string& path) {
       const auto [n, k] = positive(f[0], f[1]);
       int64_t m = 4096;
       if (f.size() == 4) {
-        const bool digits =
-            !f[2].empty() && f[2].size() <= 12 && f[2].find_first_not_of("0123456789") == std::string::npos;
-        m = digits ? std::stoll(f[2]) : 0;
+        m = table_integer(f[2]).value_or(0);
         KIMIRT_CHECK(m > 0, "GEMM table {}:{}: m \"{}\" must be a positive integer", path, line_no, f[2]);
       }
       const auto [seen, fresh] = fp8_lines.try_emplace({n, k, m}, line_no);
@@ -170,8 +170,9 @@ GemmTable GemmTable::load(const std::string& path) {
                 with_context(fmt::format("GEMM table {}:{}", path, line_no), [&] { return parse_fp8_path(f.back()); }));
       continue;
     }
-    KIMIRT_CHECK(static_cast<bool>(s >> k_text >> max_m), "GEMM table {}:{}: expected \"n k max_skinny_m [config]\"",
-                 path, line_no);
+    KIMIRT_CHECK(static_cast<bool>(s >> k_text >> max_m_text),
+                 "GEMM table {}:{}: expected \"n k max_skinny_m [config]\"", path, line_no);
+    const std::optional<int64_t> max_m = table_integer(max_m_text);
     std::optional<SkinnyConfig> config;
     std::string config_text, rest;
     if (s >> config_text) {
@@ -179,15 +180,15 @@ GemmTable GemmTable::load(const std::string& path) {
                             [&] { return parse_skinny_config(config_text); });
     }
     KIMIRT_CHECK(!(s >> rest), "GEMM table {}:{}: unexpected \"{}\" after four fields", path, line_no, rest);
-    KIMIRT_CHECK(max_m >= 0 && max_m <= kSkinnyMaxM, "GEMM table {}:{}: max_skinny_m {} is not in [0, {}]", path,
-                 line_no, max_m, kSkinnyMaxM);
+    KIMIRT_CHECK(max_m && *max_m <= kSkinnyMaxM, "GEMM table {}:{}: max_skinny_m \"{}\" is not an integer in [0, {}]",
+                 path, line_no, max_m_text, kSkinnyMaxM);
     if (n_text == "*" && k_text == "*") {
       KIMIRT_CHECK(!config, "GEMM table {}:{}: the default row takes no kernel config", path, line_no);
-      t.default_max_m_ = max_m;
+      t.default_max_m_ = static_cast<int>(*max_m);
       continue;
     }
     const auto [n, k] = positive(n_text, k_text);
-    t.set(n, k, max_m, config);
+    t.set(n, k, static_cast<int>(*max_m), config);
   }
   return t;
 }
