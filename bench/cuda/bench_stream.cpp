@@ -1,5 +1,6 @@
 // Read-streaming ceilings: the decode attention's bytes (32k and 64k rows of the latent cache) pulled into
-// shared memory by one block per SM through a ring of 32-row tiles, for each copy form, and by plain loads.
+// shared memory by 64 to 256 blocks (kMma16 runs 128) through a ring of 32-row tiles, for each copy form, and
+// by plain loads.
 // What the MLA decode kernels reach is judged against these rather than against the copy bandwidth alone:
 // the difference is what the kernel's own work costs.
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "cuda_bench.h"
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/memory.h"
+#include "kimirt/cuda/mla_decode.h"
 #include "kimirt/cuda/random_fill.h"
 #include "stream_kernels.h"
 
@@ -19,6 +21,8 @@ namespace kimirt::bench::cuda {
 namespace {
 
 using namespace kimirt::cuda;
+
+static_assert(kStreamRowBytes == kMlaRow * 2, "a stream row is one latent cache row");
 
 const char* copy_name(StreamCopy c) {
   switch (c) {
@@ -62,7 +66,7 @@ void stream_suite(Context& ctx) {
                                            c.stages, c.pdl ? " PDL" : "");
       if (!ctx.wants(name)) continue;
       const double us = graph_time_us(ctx, calls, [&](int r) {
-        stream_tiles(ctx.stream, c.copy, regions[r % copies].data(), maps[r % copies], c.blocks, tiles / c.blocks,
+        stream_tiles(ctx.stream, c.copy, regions[r % copies].data(), rows, maps[r % copies], c.blocks, tiles / c.blocks,
                      c.stages, c.pdl, sink.as<float>());
       });
       ctx.add({"stream", name, us, static_cast<double>(bytes), 0,

@@ -75,15 +75,15 @@ int run_main(int argc, char** argv) {
   CLI::App app{"kimirt-bench: CUDA kernel benchmarks (achieved GB/s, TFLOP/s and the ratio to the H200 ceilings)"};
   std::string only, json_path, table_path;
   bool quick = false;
-  app.add_option("--only", only, "comma-separated suites (gemm, dense, mla, sampling); default all");
+  app.add_option("--only", only, "comma-separated suites (gemm, dense, mla, sampling, stream); default all");
   app.add_option("--json", json_path, "write the results as JSON to this file");
   app.add_option("--gemm-table", table_path,
                  "write the measured GEMM dispatch table (text) to this file (runs of the whole gemm suite)");
   app.add_flag("--quick", quick, "fewer samples");
   std::string filter;
   app.add_option("--filter", filter,
-                 "run only the cases whose name contains this text (honoured by mla and gemm; gemm writes its "
-                 "table only without a filter; for profiling one kernel)");
+                 "run only the cases whose name contains this text (honoured by mla, gemm and stream; gemm writes "
+                 "its table only without a filter; for profiling one kernel)");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!kimirt::cuda::gpu_available()) {

@@ -15,8 +15,11 @@ using namespace kimirt::cuda;
 
 constexpr int kTileBytes = kStreamRowBytes * kStreamTileRows;  // 36864
 constexpr int kPaddedRow = kStreamRowBytes + 16;
-constexpr int kStageBytes = kPaddedRow * kStreamTileRows;  // room for either form
+// Room for either form, in whole 1024-byte units: the 128-byte swizzle of the tile map repeats every 1024 bytes,
+// and kMma16's stages (36864 bytes) start on that boundary too.
+constexpr int kStageBytes = (kPaddedRow * kStreamTileRows + 1023) / 1024 * 1024;
 constexpr int kMaxStages = 6;
+static_assert(1024 + kMaxStages * kStageBytes + 16 * kMaxStages <= 227 * 1024, "shared memory of one block");
 
 template <StreamCopy kCopy>
 __global__ void __launch_bounds__(64) stream_tiles_kernel(const __grid_constant__ CUtensorMap map, const uint8_t* src,
@@ -94,9 +97,13 @@ void launch(cudaStream_t s, const CUtensorMap& map, const void* src, int blocks,
 
 }  // namespace
 
-void stream_tiles(cudaStream_t s, StreamCopy copy, const void* src, const CUtensorMap& map, int blocks,
+void stream_tiles(cudaStream_t s, StreamCopy copy, const void* src, int64_t rows, const CUtensorMap& map, int blocks,
                   int tiles_per_block, int stages, bool overlap_previous, float* sink) {
   if (stages < 2 || stages > kMaxStages) throw_invalid_argument(cat("stream_tiles: stages ", stages, " not in 2..6"));
+  if (blocks < 1 || tiles_per_block < 1 || int64_t{blocks} * tiles_per_block * kStreamTileRows > rows) {
+    throw_invalid_argument(cat("stream_tiles: ", blocks, " blocks x ", tiles_per_block, " tiles of ", kStreamTileRows,
+                               " rows exceed the region's ", rows, " rows"));
+  }
   switch (copy) {
     case StreamCopy::kTileMap:
       return launch<StreamCopy::kTileMap>(s, map, src, blocks, tiles_per_block, stages, overlap_previous, sink);

@@ -1,5 +1,5 @@
-// Read-streaming ceilings for the decode attention's access pattern: how fast a grid of one block per SM can
-// pull a cache region into shared memory through a ring of 32-row tiles when nothing else runs, by each of
+// Read-streaming ceilings for the decode attention's access pattern: how fast a grid of about one block per SM
+// can pull a cache region into shared memory through a ring of 32-row tiles when nothing else runs, by each of
 // the copy forms a decode kernel could use. The decode kernels' own figures are judged against these.
 #pragma once
 
@@ -19,17 +19,17 @@ enum class StreamCopy {
 inline constexpr int kStreamRowBytes = 1152;  // one latent cache row: 576 bf16
 inline constexpr int kStreamTileRows = 32;
 
-// Block i streams tiles [i * tiles_per_block, (i + 1) * tiles_per_block) of `src` (rows of 1152 bytes,
-// contiguous) through `stages` stages (2..6); one warp releases each landed tile after reading one word
-// of it, summed into sink[block] so that nothing is optimized away. `map` is used by kTileMap only (from
-// stream_tile_map). overlap_previous: launched as a programmatic dependent of the previous kernel (which
-// must be one of these), so that its blocks start while that grid ends.
-void stream_tiles(cudaStream_t s, StreamCopy copy, const void* src, const CUtensorMap& map, int blocks,
+// Block i streams tiles [i * tiles_per_block, (i + 1) * tiles_per_block) of `src` (`rows` rows of 1152 bytes,
+// contiguous; the tiles must fit) through `stages` stages (2..6); one warp releases each landed tile after
+// reading one word of it, summed into sink[block] so that nothing is optimized away. `map` is used by kTileMap
+// only (from stream_tile_map). overlap_previous: launched as a programmatic dependent of the previous kernel,
+// so that its blocks start copying while that grid ends; that kernel must not write `src`.
+void stream_tiles(cudaStream_t s, StreamCopy copy, const void* src, int64_t rows, const CUtensorMap& map, int blocks,
                   int tiles_per_block, int stages, bool overlap_previous, float* sink);
 CUtensorMap stream_tile_map(const void* src, int64_t rows);
 
-// The same bytes read by every thread with 16-byte non-allocating loads (a grid-stride loop over `blocks`
-// blocks of 512 threads), for comparison with the copy engine.
+// The same bytes read by every thread with 16-byte streaming loads (ld.global.cs, evict-first; a grid-stride
+// loop over `blocks` blocks of 512 threads), for comparison with the copy engine.
 void stream_loads(cudaStream_t s, const void* src, int64_t bytes, int blocks, float* sink);
 
 }  // namespace kimirt::bench::cuda

@@ -19,9 +19,9 @@
 // (Q staged in shared memory once); the 4 partials meet in shared memory (one named barrier per tile)
 // and every warp sums them in the same order, so all four run the same online softmax bit for bit.
 // Warp w then accumulates O[:, 128w .. 128w + 127] += P · V (P straight from the score registers, V by
-// ldmatrix.trans). At the end the two groups swap (m, l) and half of O through shared memory; each combines
-// and normalizes the other half (both at once: the epilogue follows the last tile, so its latency is the
-// block's), and the block writes the chunk's [heads x 512] rows (bf16) and its log-sum-exp.
+// ldmatrix.trans). At the end each group hands the other its (m, l) and half of its O columns through shared
+// memory and combines and normalizes the half it keeps (both halves at once: the epilogue follows the last
+// tile, so its latency is the block's); the block writes the chunk's [heads x 512] rows (bf16) and lse.
 #pragma once
 
 #include <cuda.h>
@@ -83,6 +83,8 @@ __device__ __forceinline__ void produce(const CUtensorMap* map, const MlaDecodeA
   const int page_end = (k_end + ps - 1) / ps;
   int base = k_start / ps;
   auto entry = [&](int page) { return page < page_end ? __ldg(table + page) : 0; };
+  // Evict-first: the automatic plan gives kMma16 at most 16 heads, one head group, so each cache row is read once
+  // per step (a plan forcing kMma16 for more heads reads a row once per head group).
   const uint64_t policy = detail::l2_evict_first_policy();
   for (int t = 0; t < n_tiles; ++t) {
     const int st = t % kStages;
@@ -337,8 +339,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     float4 u[kHalf];
 #pragma unroll
     for (int j = 0; j < kHalf; ++j) u[j] = o_hand[(other * kHalf + j) * 32 + lane];
-    // A group may have had no tile (m = -inf, l = 0, O = 0): its weight is then 0. Both groups get the same
-    // m and l (the same operations on the same values).
+    // A group may have had no tile (m = -inf, l = 0, O = 0): its weight is then 0. Both groups form l with group
+    // 0's terms first, so that both halves of a row are normalized by the same l (with the other order the
+    // contracted multiply-add could differ by an ulp).
     const float4 ml = ml_hand[other * 32 + lane];
     const float m1[2] = {ml.x, ml.y}, l1[2] = {ml.z, ml.w};
     float w0[2], w1[2], inv[2];
@@ -347,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float m = fmaxf(m_run[r], m1[r]);
       w0[r] = exp2f(m_run[r] - m);
       w1[r] = exp2f(m1[r] - m);
-      const float l = l_run[r] * w0[r] + l1[r] * w1[r];
+      const float l = first ? l_run[r] * w0[r] + l1[r] * w1[r] : l1[r] * w1[r] + l_run[r] * w0[r];
       inv[r] = l > 0.0f ? 1.0f / l : 0.0f;
       m_run[r] = m;
       l_run[r] = l;
