@@ -67,12 +67,10 @@ void mla_suite(Context& ctx) {
   const DecodeCase cases[] = {{1, 4096, 96},  {1, 32768, 96}, {1, 131072, 96}, {8, 32768, 96}, {64, 4096, 96},
                               {1, 32768, 12}, {1, 65536, 12}, {1, 131072, 12}, {8, 32768, 12}, {128, 256, 12},
                               {1, 32768, 16}, {4, 65536, 16}, {1, 32768, 24},  {1, 32768, 32}};
-  constexpr double kRotateBytes = 256e6;  // several times the 50-60 MB L2
   for (const auto [batch, seq, nh] : cases) {
     if (!ctx.wants(fmt::format("decode attn B={} ctx={} heads={}", batch, seq, nh))) continue;
     const double cache_bytes = static_cast<double>(batch) * ((seq + kPage - 1) / kPage) * kPage * kMlaRow * 2;
-    const int copies = static_cast<int>(std::clamp(std::ceil(kRotateBytes / cache_bytes), 1.0, 64.0));
-    const int calls = std::max(copies, 6);  // per graph: the graph launch's own latency amortized
+    const auto [copies, calls] = l2_rotation(cache_bytes);
     PagedCache pc(ctx.stream, batch, seq, copies);
     DeviceBuffer q(static_cast<int64_t>(batch) * nh * kMlaRow * 2), out(static_cast<int64_t>(batch) * nh * 512 * 2);
     fill_uniform(q.as<bf16>(), batch * nh * kMlaRow, -0.3f, 0.3f, 5, ctx.stream);

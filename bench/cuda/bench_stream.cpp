@@ -37,11 +37,9 @@ const char* copy_name(StreamCopy c) {
 }
 
 void stream_suite(Context& ctx) {
-  constexpr double kRotateBytes = 256e6;  // several times the L2, as in the decode bench
   for (const int64_t rows : {int64_t{32768}, int64_t{65536}}) {
     const int64_t bytes = rows * kStreamRowBytes;
-    const int copies = static_cast<int>(std::ceil(kRotateBytes / static_cast<double>(bytes)));
-    const int calls = std::max(copies, 6);
+    const auto [copies, calls] = l2_rotation(static_cast<double>(bytes));
     std::vector<DeviceBuffer> regions;
     std::vector<CUtensorMap> maps;
     for (int c = 0; c < copies; ++c) {

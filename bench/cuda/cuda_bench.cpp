@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -47,6 +48,11 @@ double time_us(Context& ctx, const std::function<void()>& fn, int reps, int samp
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+L2Rotation l2_rotation(double bytes) {
+  const int copies = static_cast<int>(std::clamp(std::ceil(256e6 / bytes), 1.0, 64.0));
+  return {copies, std::max(copies, 6)};
 }
 
 double graph_time_us(Context& ctx, int calls, const std::function<void(int)>& launch) {

@@ -47,6 +47,14 @@ struct Context {
 // calls each, timed with CUDA events on ctx.stream.
 double time_us(Context& ctx, const std::function<void()>& fn, int reps = 10, int samples = 15, int warmup = 3);
 
+// How many copies of an operand of `bytes` a timed graph rotates over, so that a call does not find its bytes in
+// the 50-60 MB L2 from the call before (256 MB in all, 1 to 64 copies), and how many calls the graph holds (one
+// per copy, at least 6, so that the graph launch's own latency is amortized).
+struct L2Rotation {
+  int copies, calls;
+};
+L2Rotation l2_rotation(double bytes);
+
 // Time per call of `calls` calls of launch(r) (r = 0 .. calls - 1) captured as one CUDA graph on ctx.stream, as a
 // decode step runs them: device time without the host's launch overhead.
 double graph_time_us(Context& ctx, int calls, const std::function<void(int)>& launch);
