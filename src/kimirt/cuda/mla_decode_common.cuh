@@ -28,6 +28,15 @@ struct MlaKernelParams {
   float* lse;    // [batch][splits][heads], log2 domain
 };
 
+// 2^x on the special-function unit, flushing denormal results (the softmax weights need no more; 2^-inf = 0).
+// exp2f would wrap each one in a range check and two predicated multiplies: three more dependent
+// instructions per weight on the softmax's critical path.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Rows per tile of kMma16 and kSeesaw: each tile arrives in one tensor copy (mla_decode.cu's tile map); a
 // page (a multiple of 32 rows) holds whole tiles, and chunks start at multiples of it.
 constexpr int kTileRows = 32;
@@ -39,7 +48,8 @@ __device__ __forceinline__ uint32_t swizzled(int r, int c, int atom_bytes) {
 }
 
 // Zeros rows [from, rows) of a swizzled [rows x 576] tile (see swizzled) and fences them for the async proxy
-// (the wgmmas that read the tile next, after the caller's barrier). Called by `threads` threads.
+// (wgmmas may read the tile next, after the caller's barrier; a later tensor copy overwrites it). Called by
+// `threads` threads.
 __device__ __forceinline__ void zero_tile_rows(uint8_t* tile, int from, int rows, int atom_bytes, int tid,
                                                int threads) {
   constexpr int kRowChunks = kMlaRow / 8;

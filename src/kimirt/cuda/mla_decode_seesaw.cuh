@@ -76,13 +76,6 @@ static_assert(kStages % 2 == 0, "stages per owner");
 // tiles besides Q, and three 72 KB tiles and Q's 72 KB do not fit in 227 KB (with two, the schedule waits on
 // itself).
 
-// 2^x on the special-function unit, flushing denormal results (the softmax weights need no more).
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // S = Q · Kᵀ over all 576 dims (36 k16 steps): atom i / 4, 32 bytes further per step inside an atom.
 __device__ __forceinline__ void issue_scores(float (&s)[kSFrag], uint64_t dq, uint64_t dk) {
   // Opaque to the compiler: otherwise it computes the 36 Q descriptors (loop-invariant) once, before the
