@@ -319,13 +319,13 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int u = 0; u < kMergeUnroll; ++u) m_new = fmaxf(m_new, lv[u]);
     if (m_new == -INFINITY) continue;        // only empty chunks so far
-    const float rescale = exp2f(m - m_new);  // 0 while m is still -inf (acc and den are 0 then)
+    const float rescale = mla_kernels::ex2(m - m_new);  // 0 while m is still -inf (acc and den are 0 then)
     den *= rescale;
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[j] *= rescale;
 #pragma unroll
     for (int u = 0; u < kMergeUnroll; ++u) {
-      const float w = exp2f(lv[u] - m_new);
+      const float w = mla_kernels::ex2(lv[u] - m_new);
       float f[8];
       detail::unpack8(x[u], f);
       den += w;
@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(256)
   if (threadIdx.x < 32) {
     const float mg = max_s[threadIdx.x];
     const float mx = detail::warp_max(mg);
-    const float w = mg == -INFINITY ? 0.0f : exp2f(mg - mx);  // all empty: every weight is 0
+    const float w = mg == -INFINITY ? 0.0f : mla_kernels::ex2(mg - mx);  // all empty: every weight is 0
     w_s[threadIdx.x] = w;
     const float d = detail::warp_sum(den_s[threadIdx.x] * w);
     if (threadIdx.x == 0) inv_s = d > 0.0f ? 1.0f / d : 0.0f;
