@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(256)
     float m_new = m;
 #pragma unroll
     for (int u = 0; u < kMergeUnroll; ++u) m_new = fmaxf(m_new, lv[u]);
-    if (m_new == -INFINITY) continue;        // only empty chunks so far
+    if (m_new == -INFINITY) continue;                   // only empty chunks so far
     const float rescale = mla_kernels::ex2(m - m_new);  // 0 while m is still -inf (acc and den are 0 then)
     den *= rescale;
 #pragma unroll

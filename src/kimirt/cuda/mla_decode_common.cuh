@@ -47,9 +47,9 @@ __device__ __forceinline__ uint32_t swizzled(int r, int c, int atom_bytes) {
   return static_cast<uint32_t>((c >> 3) * atom_bytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-// Zeros rows [from, rows) of a swizzled [rows x 576] tile (see swizzled) and fences them for the async proxy
-// (wgmmas may read the tile next, after the caller's barrier; a later tensor copy overwrites it). Called by
-// `threads` threads.
+// Zeros rows [from, rows) of a swizzled [rows x 576] tile (see swizzled) and fences them for the async proxy,
+// which the wgmma kernels need (their wgmmas read the tile next, after the caller's barrier; kMma16's
+// ldmatrix reads need no fence). Called by `threads` threads.
 __device__ __forceinline__ void zero_tile_rows(uint8_t* tile, int from, int rows, int atom_bytes, int tid,
                                                int threads) {
   constexpr int kRowChunks = kMlaRow / 8;

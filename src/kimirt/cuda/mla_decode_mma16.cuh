@@ -58,13 +58,16 @@ constexpr int kQOffset = kStages * kTileBytes + kXchgFloat4s * 16;
 constexpr int kBarOffset = kQOffset + kHeads * kQLd;
 constexpr int kSmemBytes = 1024 + kBarOffset + 2 * kStages * 8;
 constexpr int kStageLd = kMlaLatent + 8;  // bf16 per staged output row (padded: no bank conflicts)
-// The epilogue reuses the ring: group g hands its O half and (m, l) over in stage g, the bf16 output rows are
-// staged in stage 2.
-constexpr int kHandOffBytes = kGroupWarps * ((kOTiles / 2) + 1) * 32 * 16;  // one group's
+// The epilogue reuses the ring: group g hands its O half and (m, l) over in stage g, warp wq at byte
+// kHandOffBytes · wq (inside the two atoms of V it reads itself), the bf16 output rows are staged in stage 2.
+constexpr int kHandOffBytes = 2 * kAtomBytes;  // one warp's slot
+static_assert(((kOTiles / 2) + 1) * 32 * 16 <= kHandOffBytes && kMlaLatent / kGroupWarps == 2 * 64,
+              "a warp's hand-off fits the atoms of its own V columns");
 
 static_assert(kHeads == 16 && kMlaRow % (kGroupWarps * 16) == 0 && kMlaLatent % (kGroupWarps * 16) == 0,
               "warp split of the dims");
-static_assert(kHandOffBytes <= kTileBytes && kHeads * kStageLd * 2 <= kTileBytes && kStages >= 3 && kGroups == 2,
+static_assert(kGroupWarps * kHandOffBytes <= kTileBytes && kHeads * kStageLd * 2 <= kTileBytes && kStages >= 3 &&
+                  kGroups == 2,
               "epilogue fits the ring");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
 static_assert(kStages % kGroups == 0, "a stage serves one consumer group");
@@ -320,33 +323,38 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // The two groups' (m, l, O) meet in the idle ring: each group combines, normalizes and stages half of the
   // columns (warp wq of group 0 the first 64 of its 128, O tiles 0-7; of group 1 the other 64), handing the
-  // other half and its (m, l) to the other group, so that both halves are done at once. A group hands off
-  // into stage `grp`, one of its own stages, which no copy refills once the group has read its last tile: so
-  // it writes as soon as its loop ends, and the group with the chunk's last tile meets one barrier, not two.
-  // The combined rows are staged in stage 2 (group 0's, free once group 0 is at the barrier).
+  // other half and its (m, l) to the other group, so that both halves are done at once. Warp wq hands off in
+  // stage `grp` (one of its group's own stages: no copy refills it after the group's last tile) inside atoms
+  // 2wq and 2wq + 1, the V columns only this warp reads there (the keys were read by every warp of the group
+  // before its last exchange barrier). So each warp writes as soon as its own loop ends, and the group with the
+  // chunk's last tile meets one barrier before the combine, not two. The combined rows are staged in stage 2
+  // (group 0's: free once group 0 is at the barrier).
   constexpr int kHalf = kOTiles / 2;
-  constexpr int kHandOffO = kGroupWarps * kHalf * 32;  // float4s of one group's O half: [wq][j][lane]
-  auto o_hand = [&](int from) { return reinterpret_cast<float4*>(smem + from * kTileBytes); };
-  auto ml_hand = [&](int from) { return o_hand(from) + kHandOffO; };  // [wq][lane]
-  bf16* stage = reinterpret_cast<bf16*>(smem + 2 * kTileBytes);       // [16][kStageLd]
+  // Warp wq's slot: its O half [j][lane] (4 KB), then its (m, l) [lane] (512 bytes).
+  auto o_hand = [&](int from, int w) {
+    return reinterpret_cast<float4*>(smem + from * kTileBytes + w * kHandOffBytes);
+  };
+  auto ml_hand = [&](int from, int w) { return o_hand(from, w) + kHalf * 32; };
+  bf16* stage = reinterpret_cast<bf16*>(smem + 2 * kTileBytes);  // [16][kStageLd]
   const bool first = grp == 0;
+  __syncwarp();  // every lane's ldmatrix of the warp's last tile precedes the overwrite
 #pragma unroll
   for (int j = 0; j < kHalf; ++j) {
-    o_hand(grp)[(wq * kHalf + j) * 32 + lane] =
+    o_hand(grp, wq)[j * 32 + lane] =
         first ? make_float4(o[kHalf + j][0], o[kHalf + j][1], o[kHalf + j][2], o[kHalf + j][3])
               : make_float4(o[j][0], o[j][1], o[j][2], o[j][3]);
   }
-  ml_hand(grp)[wq * 32 + lane] = make_float4(m_run[0], m_run[1], l_run[0], l_run[1]);
+  ml_hand(grp, wq)[lane] = make_float4(m_run[0], m_run[1], l_run[0], l_run[1]);
   detail::named_barrier_sync(kBothGroups, kConsumers);
   {
     const int other = grp ^ 1;
     float4 u[kHalf];
 #pragma unroll
-    for (int j = 0; j < kHalf; ++j) u[j] = o_hand(other)[(wq * kHalf + j) * 32 + lane];
-    // A group may have had no tile (m = -inf, l = 0, O = 0): its weight is then 0. Both groups form l with group
-    // 0's terms first, so that both halves of a row are normalized by the same l (with the other order the
-    // contracted multiply-add could differ by an ulp).
-    const float4 ml = ml_hand(other)[wq * 32 + lane];
+    for (int j = 0; j < kHalf; ++j) u[j] = o_hand(other, wq)[j * 32 + lane];
+    // A group may have had no tile (m = -inf, l = 0, O = 0): its weight is then 0. Both groups form l from group
+    // 0's and group 1's terms in one explicit rounding order, so that both halves of a row are normalized by the
+    // same l (left to the compiler, the multiply it contracts into the add could differ between the groups).
+    const float4 ml = ml_hand(other, wq)[lane];
     const float m1[2] = {ml.x, ml.y}, l1[2] = {ml.z, ml.w};
     float w0[2], w1[2], inv[2];
 #pragma unroll
@@ -354,7 +362,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float m = fmaxf(m_run[r], m1[r]);
       w0[r] = ex2(m_run[r] - m);
       w1[r] = ex2(m1[r] - m);
-      const float l = first ? l_run[r] * w0[r] + l1[r] * w1[r] : l1[r] * w1[r] + l_run[r] * w0[r];
+      const float l0 = first ? l_run[r] : l1[r], wl0 = first ? w0[r] : w1[r];   // group 0's term
+      const float l1g = first ? l1[r] : l_run[r], wl1 = first ? w1[r] : w0[r];  // group 1's
+      const float l = __fmaf_rn(l0, wl0, __fmul_rn(l1g, wl1));
       inv[r] = l > 0.0f ? __fdividef(1.0f, l) : 0.0f;
       m_run[r] = m;
       l_run[r] = l;
