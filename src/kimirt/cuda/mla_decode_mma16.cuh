@@ -16,7 +16,8 @@
 // belongs to the same group, which consumed the stage's previous tile itself, so a parity wait can never
 // see the phase of an older tile that has not landed yet (with an odd count it could, when tiles land out
 // of order). Inside a group, warp w computes the partial scores of all 32 keys over dims [144w, 144w + 144)
-// (Q staged in shared memory once); the 4 partials meet in shared memory (one named barrier per tile)
+// (Q staged in shared memory once); the 4 partials meet in shared memory (one named barrier per tile, and one
+// more in a chunk's partial last tile)
 // and every warp sums them in the same order, so all four run the same online softmax bit for bit.
 // Warp w then accumulates O[:, 128w .. 128w + 127] += P · V (P straight from the score registers, V by
 // ldmatrix.trans). At the end each group hands the other its (m, l) and half of its O columns through shared
@@ -60,9 +61,12 @@ constexpr int kSmemBytes = 1024 + kBarOffset + 2 * kStages * 8;
 constexpr int kStageLd = kMlaLatent + 8;  // bf16 per staged output row (padded: no bank conflicts)
 // The epilogue reuses the ring: group g hands its O half and (m, l) over in stage g, warp wq at byte
 // kHandOffBytes · wq (inside the two atoms of V it reads itself), the bf16 output rows are staged in stage 2.
-constexpr int kHandOffBytes = 2 * kAtomBytes;  // one warp's slot
-static_assert(((kOTiles / 2) + 1) * 32 * 16 <= kHandOffBytes && kMlaLatent / kGroupWarps == 2 * 64,
-              "a warp's hand-off fits the atoms of its own V columns");
+constexpr int kVAtomsPerWarp = kMlaLatent / kGroupWarps / 64;  // atoms of the V columns a warp accumulates: 2
+constexpr int kHandOffBytes = kVAtomsPerWarp * kAtomBytes;     // one warp's slot
+constexpr int kOutStage = 2;                                   // the stage that holds the staged output rows
+static_assert(((kOTiles / 2) + 1) * 32 * 16 <= kHandOffBytes, "a warp's hand-off fits the atoms of its own V columns");
+static_assert(kOutStage >= kGroups && kOutStage < kStages && kOutStage % kGroups == 0,
+              "the output stage is none of the hand-off stages, and group 0's (free once group 0 is done)");
 
 static_assert(kHeads == 16 && kMlaRow % (kGroupWarps * 16) == 0 && kMlaLatent % (kGroupWarps * 16) == 0,
               "warp split of the dims");
@@ -185,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lj = lane >> 3, lr = lane & 7;
   const int k_chunk0 = 18 * wq + (lj & 1);
   const uint32_t k_row = static_cast<uint32_t>((8 * (lj >> 1) + lr) * 128);
-  const uint32_t v_base = static_cast<uint32_t>(2 * wq * kAtomBytes + (lr + 8 * (lj & 1)) * 128);
+  const uint32_t v_base = static_cast<uint32_t>(kVAtomsPerWarp * wq * kAtomBytes + (lr + 8 * (lj & 1)) * 128);
   const int v_xor = (lj >> 1) ^ lr;
   auto k_addr = [&](uint32_t tile, int kk) {
     const int c = k_chunk0 + 2 * kk;
@@ -289,10 +293,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // A chunk's partial last tile: its rows past the end hold whatever the page held there, and P is 0 for
     // them, but 0 · NaN is not 0, so they are zeroed first. In shared memory, once per tile, rather than in
-    // the V fragments: a branch inside the loop below keeps the compiler from issuing its ldmatrix ahead of
-    // the mma that needs it (measured: P · V took 880 of a tile's 3400 cycles). The group's reads of the
-    // keys are done (each warp's scores were in its stores before the barrier above); the stage is this
-    // group's alone.
+    // the V fragments: when that masking was a branch inside the loop below, it kept the compiler from issuing
+    // each ldmatrix ahead of the mma that needs it (P · V then took 0.46-0.78 of a tile's ~1.9 µs: PERF.md,
+    // machines AD and AE). The group's reads of the keys are done (each warp's scores were in its stores
+    // before the barrier above); the stage is this group's alone.
     if (valid < kRows) {
       zero_tile_rows(smem + st * kTileBytes, valid, kRows, kAtomBytes, wq * 32 + lane, kGroupThreads);
       detail::named_barrier_sync(1 + grp, kGroupThreads);
@@ -327,15 +331,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   // stage `grp` (one of its group's own stages: no copy refills it after the group's last tile) inside atoms
   // 2wq and 2wq + 1, the V columns only this warp reads there (the keys were read by every warp of the group
   // before its last exchange barrier). So each warp writes as soon as its own loop ends, and the group with the
-  // chunk's last tile meets one barrier before the combine, not two. The combined rows are staged in stage 2
-  // (group 0's: free once group 0 is at the barrier).
+  // chunk's last tile meets one barrier before the combine, not two. The combined rows are staged in stage
+  // kOutStage (group 0's: free once group 0 is at the barrier).
   constexpr int kHalf = kOTiles / 2;
   // Warp wq's slot: its O half [j][lane] (4 KB), then its (m, l) [lane] (512 bytes).
   auto o_hand = [&](int from, int w) {
     return reinterpret_cast<float4*>(smem + from * kTileBytes + w * kHandOffBytes);
   };
   auto ml_hand = [&](int from, int w) { return o_hand(from, w) + kHalf * 32; };
-  bf16* stage = reinterpret_cast<bf16*>(smem + 2 * kTileBytes);  // [16][kStageLd]
+  bf16* stage = reinterpret_cast<bf16*>(smem + kOutStage * kTileBytes);  // [16][kStageLd]
   const bool first = grp == 0;
   __syncwarp();  // every lane's ldmatrix of the warp's last tile precedes the overwrite
 #pragma unroll
@@ -355,17 +359,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     // 0's and group 1's terms in one explicit rounding order, so that both halves of a row are normalized by the
     // same l (left to the compiler, the multiply it contracts into the add could differ between the groups).
     const float4 ml = ml_hand(other, wq)[lane];
-    const float m1[2] = {ml.x, ml.y}, l1[2] = {ml.z, ml.w};
-    float w0[2], w1[2], inv[2];
+    const float m_oth[2] = {ml.x, ml.y}, l_oth[2] = {ml.z, ml.w};  // the other group's
+    float w_mine[2], w_oth[2], inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float m = fmaxf(m_run[r], m1[r]);
-      w0[r] = ex2(m_run[r] - m);
-      w1[r] = ex2(m1[r] - m);
-      const float l0 = first ? l_run[r] : l1[r], wl0 = first ? w0[r] : w1[r];   // group 0's term
-      const float l1g = first ? l1[r] : l_run[r], wl1 = first ? w1[r] : w0[r];  // group 1's
-      const float l = __fmaf_rn(l0, wl0, __fmul_rn(l1g, wl1));
-      inv[r] = l > 0.0f ? __fdividef(1.0f, l) : 0.0f;
+      const float m = fmaxf(m_run[r], m_oth[r]);
+      w_mine[r] = ex2(m_run[r] - m);
+      w_oth[r] = ex2(m_oth[r] - m);
+      const float l_g0 = first ? l_run[r] : l_oth[r], w_g0 = first ? w_mine[r] : w_oth[r];
+      const float l_g1 = first ? l_oth[r] : l_run[r], w_g1 = first ? w_oth[r] : w_mine[r];
+      const float l = __fmaf_rn(l_g0, w_g0, __fmul_rn(l_g1, w_g1));
+      inv[r] = l > 0.0f ? __fdividef(1.0f, l) : 0.0f;  // l >= 1 (group 0 has tile 0); the guard costs a select
       m_run[r] = m;
       l_run[r] = l;
     }
@@ -376,10 +380,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) mine[e] = first ? o[j][e] : o[kHalf + j][e];
       const int col = 128 * wq + 8 * (n0 + j) + 2 * tq;
-      *reinterpret_cast<uint32_t*>(stage + g * kStageLd + col) =
-          detail::pack_bf16x2((mine[0] * w0[0] + u[j].x * w1[0]) * inv[0], (mine[1] * w0[0] + u[j].y * w1[0]) * inv[0]);
-      *reinterpret_cast<uint32_t*>(stage + (g + 8) * kStageLd + col) =
-          detail::pack_bf16x2((mine[2] * w0[1] + u[j].z * w1[1]) * inv[1], (mine[3] * w0[1] + u[j].w * w1[1]) * inv[1]);
+      *reinterpret_cast<uint32_t*>(stage + g * kStageLd + col) = detail::pack_bf16x2(
+          (mine[0] * w_mine[0] + u[j].x * w_oth[0]) * inv[0], (mine[1] * w_mine[0] + u[j].y * w_oth[0]) * inv[0]);
+      *reinterpret_cast<uint32_t*>(stage + (g + 8) * kStageLd + col) = detail::pack_bf16x2(
+          (mine[2] * w_mine[1] + u[j].z * w_oth[1]) * inv[1], (mine[3] * w_mine[1] + u[j].w * w_oth[1]) * inv[1]);
     }
     if (prm.splits > 1 && first && wq == 0 && tq == 0) {
 #pragma unroll
