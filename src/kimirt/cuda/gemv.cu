@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Params p) {
   const int row0 = WIDE ? (blockIdx.x * kWarps + warp) * kRows : blockIdx.x * kRows;
   const int64_t entry = blockIdx.z;
   // A kernel launched after this one as a programmatic dependent (the MLA decode attention after the W_UK
-  // absorption) may start its independent work now; it must wait (griddepcontrol.wait) before reading y.
+  // absorption) may start its independent work now; it must wait (griddepcontrol.wait) before reading y, and
+  // before writing x, w, gate or y, which this kernel may still be reading (y too when beta is 1).
   // With K split, its predecessor is the reduce kernel instead, which does not trigger early.
   detail::pdl_launch_dependents();
   const bf16* x_base = p.x + entry * p.stride_x;
