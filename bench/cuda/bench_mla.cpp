@@ -207,18 +207,10 @@ void mla_suite(Context& ctx) {
                fmt::format("{:.2f}x its bytes roofline (target <= 1.3)", us / roof_us)});
       // The same step replayed from a CUDA graph, as the runtime runs decode (no launch overhead), with the
       // captured stream priorities.
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(main_stream, cudaStreamCaptureModeThreadLocal));
-      step();
-      KIMIRT_CUDA_CHECK(cudaStreamEndCapture(main_stream, &graph));
-      KIMIRT_CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagUseNodePriority));
-      const double us_graph = time_us(
-          on_main, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, main_stream)); }, 2);
+      const double us_graph = graph_time_us(
+          on_main, 1, [&](int) { step(); }, cudaGraphInstantiateFlagUseNodePriority, 2);
       ctx.add({"mla", fmt::format("layer decode step B=1 ctx=32k CUDA graph{}", how), us_graph, weights + cache, 0,
                fmt::format("{:.2f}x its bytes roofline (target <= 1.3)", us_graph / roof_us)});
-      KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
     }
     for (auto& e : ev) KIMIRT_CUDA_CHECK(cudaEventDestroy(e));
   }

@@ -55,15 +55,16 @@ L2Rotation l2_rotation(double bytes) {
   return {copies, std::max(copies, 6)};
 }
 
-double graph_time_us(Context& ctx, int calls, const std::function<void(int)>& launch) {
+double graph_time_us(Context& ctx, int calls, const std::function<void(int)>& launch,
+                     unsigned long long instantiate_flags, int reps) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal));
   for (int r = 0; r < calls; ++r) launch(r);
   KIMIRT_CUDA_CHECK(cudaStreamEndCapture(ctx.stream, &graph));
-  KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  KIMIRT_CUDA_CHECK(cudaGraphInstantiateWithFlags(&exec, graph, instantiate_flags));
   const double us = time_us(
-                        ctx, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream)); }, 4) /
+                        ctx, [&] { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream)); }, reps) /
                     calls;
   KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
   KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));

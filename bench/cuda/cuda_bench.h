@@ -56,8 +56,10 @@ struct L2Rotation {
 L2Rotation l2_rotation(double bytes);
 
 // Time per call of `calls` calls of launch(r) (r = 0 .. calls - 1) captured as one CUDA graph on ctx.stream, as a
-// decode step runs them: device time without the host's launch overhead.
-double graph_time_us(Context& ctx, int calls, const std::function<void(int)>& launch);
+// decode step runs them: device time without the host's launch overhead. The graph is instantiated with
+// `instantiate_flags` and each sample times `reps` launches of it.
+double graph_time_us(Context& ctx, int calls, const std::function<void(int)>& launch,
+                     unsigned long long instantiate_flags = 0, int reps = 4);
 
 using Suite = std::function<void(Context&)>;
 void register_suite(const std::string& name, Suite suite);

@@ -18,6 +18,21 @@ namespace {
 using test::download;
 using test::upload;
 
+// Captures capture() on `stream` as a CUDA graph, replays it once and waits for it.
+template <typename F>
+void replay_once(Stream& stream, F capture) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  capture();
+  KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  stream.synchronize();
+  KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
 struct Weight {
   std::vector<float> host;
   DeviceBuffer dev;
@@ -176,17 +191,8 @@ TEST(MlaLayer, DecodeStepReplaysFromACudaGraph) {
   };
   step(eager);  // first call: plans and kernel attributes are set up outside the capture
   stream.synchronize();
-  cudaGraph_t graph = nullptr;
-  KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  step(replay);
-  KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  stream.synchronize();
+  replay_once(stream, [&] { step(replay); });
   EXPECT_EQ(download<uint16_t>(eager.data(), batch * s.hidden), download<uint16_t>(replay.data(), batch * s.hidden));
-  KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
 
   // With the latent and gate branches on a side stream: the same kernels on the same inputs, so the same
   // bits, eagerly and replayed (the capture forks to the side stream and joins back).
@@ -206,16 +212,9 @@ TEST(MlaLayer, DecodeStepReplaysFromACudaGraph) {
   stream.synchronize();
   EXPECT_EQ(download<uint16_t>(side_eager.data(), batch * s.hidden),
             download<uint16_t>(eager.data(), batch * s.hidden));
-  KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  side_step(side_replay);
-  KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  stream.synchronize();
+  replay_once(stream, [&] { side_step(side_replay); });
   EXPECT_EQ(download<uint16_t>(side_replay.data(), batch * s.hidden),
             download<uint16_t>(eager.data(), batch * s.hidden));
-  KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
   for (auto& e : ev) KIMIRT_CUDA_CHECK(cudaEventDestroy(e));
 }
 
@@ -276,17 +275,8 @@ TEST(MlaLayer, DecodeStepWithTheGateOnItsOwnSms) {
     EXPECT_LE(test::rel_err(got_kept, ref), 2e-2);
     EXPECT_LE(test::rel_err(got_kept, got_one), 1e-2);
 
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    step(replay, &side);
-    KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    stream.synchronize();
+    replay_once(stream, [&] { step(replay, &side); });
     EXPECT_EQ(download<uint16_t>(replay.data(), s.hidden), download<uint16_t>(kept.data(), s.hidden));
-    KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
 
     // A share of every SM is an error naming the field.
     side.gate_sms = sms;
