@@ -17,8 +17,8 @@
 // see the phase of an older tile that has not landed yet (with an odd count it could, when tiles land out
 // of order). Inside a group, warp w computes the partial scores of all 32 keys over dims [144w, 144w + 144)
 // (Q staged in shared memory once); the 4 partials meet in shared memory (one named barrier per tile, and one
-// more in a chunk's partial last tile)
-// and every warp sums them in the same order, so all four run the same online softmax bit for bit.
+// more in a chunk's partial last tile) and every warp sums them in the same order, so all four run the same
+// online softmax bit for bit.
 // Warp w then accumulates O[:, 128w .. 128w + 127] += P · V (P straight from the score registers, V by
 // ldmatrix.trans). At the end each group hands the other its (m, l) and half of its O columns through shared
 // memory and combines and normalizes the half it keeps (both halves at once: the epilogue follows the last
@@ -70,8 +70,7 @@ static_assert(kOutStage >= kGroups && kOutStage < kStages && kOutStage % kGroups
 
 static_assert(kHeads == 16 && kMlaRow % (kGroupWarps * 16) == 0 && kMlaLatent % (kGroupWarps * 16) == 0,
               "warp split of the dims");
-static_assert(kGroupWarps * kHandOffBytes <= kTileBytes && kHeads * kStageLd * 2 <= kTileBytes && kStages >= 3 &&
-                  kGroups == 2,
+static_assert(kGroupWarps * kHandOffBytes <= kTileBytes && kHeads * kStageLd * 2 <= kTileBytes && kGroups == 2,
               "epilogue fits the ring");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block");
 static_assert(kStages % kGroups == 0, "a stage serves one consumer group");
