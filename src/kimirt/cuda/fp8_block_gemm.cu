@@ -116,6 +116,7 @@ struct Ring {
     using namespace fp8g;
     detail::fence_regs(p);
     const uint32_t empty = base + kSmemBars + 8 * kStages + 8 * pd.stage;
+    __syncwarp();  // every lane's reads of the stage's scales precede the release that lane 0 (and 1) make
     if (lane == 0) detail::mbar_arrive(empty);  // the stage (its scales included) is read
     if constexpr (kCluster > 1) {
       if (lane == 1) detail::mbar_arrive_remote(detail::cluster_map(empty, rank ^ 1));

@@ -186,6 +186,9 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(Params prm) {
     }
     __syncthreads();  // the next iteration's prefetch overwrites this stage
   }
+  // A block with no key tile (only with cu_k giving a sequence fewer keys than queries) still has its first
+  // copies in flight: they land before the block's shared memory is released.
+  if (n_tiles == 0) detail::cp_async_wait<0>();
 
   // Epilogue: full row sums, normalize, optional σ(gate), store.
 #pragma unroll
