@@ -129,12 +129,15 @@ void mla_suite(Context& ctx) {
     a.q = q.as<bf16>(), a.ld_q = heads * 192, a.k_nope = kv.as<bf16>(), a.ld_k_nope = heads * 256, a.hs_k_nope = 256;
     a.k_pe = lat.as<bf16>() + 512, a.ld_k_pe = kMlaRow, a.v = kv.as<bf16>() + 128, a.ld_v = heads * 256, a.hs_v = 256;
     a.out = o.as<bf16>(), a.ld_out = heads * 128, a.cu_q = cu.as<int32_t>(), a.cu_k = cu.as<int32_t>(), a.batch = 1;
-    a.heads = heads, a.max_q = t;
-    const double us = time_us(
-        ctx, [&] { mla_prefill(ctx.stream, a); }, 1, 7, 1);
+    a.heads = heads, a.max_q = t, a.total_q = t, a.total_k = t;
     const double flops = 2.0 * heads * (192 + 128) * t * (t + 1) / 2.0;
-    ctx.add({"mla", "prefill attn 4096 tokens causal heads=96", us,
-             t * heads * (192 + 256 + 128) * 2.0 + t * kMlaRow * 2.0, flops, ""});
+    for (MlaPrefillKernel kernel : {MlaPrefillKernel::kWgmma, MlaPrefillKernel::kMma}) {
+      const double us = time_us(
+          ctx, [&] { mla_prefill(ctx.stream, a, kernel); }, 1, 7, 1);
+      ctx.add({"mla", fmt::format("prefill attn 4096 tokens causal heads=96 [{}]", mla_prefill_kernel_name(kernel)), us,
+               t * heads * (192 + 256 + 128) * 2.0 + t * kMlaRow * 2.0, flops,
+               kernel == MlaPrefillKernel::kWgmma ? "default" : "comparison"});
+    }
   }
 
   // One layer decode step, batch 1, context 32k, all projections (K3 weights, TP = 1).

@@ -23,58 +23,89 @@ using test::upload;
 std::vector<float> dl_bf16(const DeviceBuffer& b, size_t n) { return test::from_bf16(download<uint16_t>(b.data(), n)); }
 double sigm(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-TEST(MlaPrefill, VarlenChunkedCausalWithGate) {
-  KIMIRT_REQUIRE_GPU();
-  for (int heads : {96, 12, 5}) {
-    // Sequence 0: 70 new queries over 70 keys; sequence 1: 33 queries after 100 cached keys; sequence 2: 1.
-    const std::vector<int32_t> tq = {70, 33, 1}, tk = {70, 133, 9};
-    std::vector<int32_t> cu_q = {0}, cu_k = {0};
-    for (size_t b = 0; b < tq.size(); ++b) cu_q.push_back(cu_q.back() + tq[b]), cu_k.push_back(cu_k.back() + tk[b]);
-    const int64_t nq = cu_q.back(), nk = cu_k.back();
-    std::vector<float> q = test::random_vec(nq * heads * 192, 1, -2, 2),
-                       kv = test::random_vec(nk * heads * 256, 2, -2, 2), lat = test::random_vec(nk * 576, 3, -2, 2),
-                       gate = test::random_vec(nq * heads * 128, 4, -3, 3);
-    DeviceBuffer dq = upload(test::to_bf16(q)), dkv = upload(test::to_bf16(kv)), dlat = upload(test::to_bf16(lat)),
-                 dg = upload(test::to_bf16(gate)), dcq = upload(cu_q), dck = upload(cu_k);
+// Sequences of tq[b] queries that are the last tq[b] of tk[b] key positions, random q, expanded keys and
+// latent, optionally a gate; both kernels against an fp64 loop over the same bf16 inputs.
+void check_prefill(const std::vector<int32_t>& tq, const std::vector<int32_t>& tk, int heads, bool with_gate,
+                   uint32_t seed) {
+  std::vector<int32_t> cu_q = {0}, cu_k = {0};
+  for (size_t b = 0; b < tq.size(); ++b) cu_q.push_back(cu_q.back() + tq[b]), cu_k.push_back(cu_k.back() + tk[b]);
+  const int64_t nq = cu_q.back(), nk = cu_k.back();
+  // to_bf16 rounds its argument in place: the reference sees the kernels' inputs.
+  std::vector<float> q = test::random_vec(nq * heads * 192, seed, -2, 2),
+                     kv = test::random_vec(nk * heads * 256, seed + 1, -2, 2),
+                     lat = test::random_vec(nk * 576, seed + 2, -2, 2),
+                     gate = test::random_vec(nq * heads * 128, seed + 3, -3, 3);
+  DeviceBuffer dq = upload(test::to_bf16(q)), dkv = upload(test::to_bf16(kv)), dlat = upload(test::to_bf16(lat)),
+               dg = upload(test::to_bf16(gate)), dcq = upload(cu_q), dck = upload(cu_k);
+  std::vector<float> ref(nq * heads * 128);
+  const double scale = 1.0 / std::sqrt(192.0);
+  for (size_t b = 0; b < tq.size(); ++b)
+    for (int i = 0; i < tq[b]; ++i)
+      for (int h = 0; h < heads; ++h) {
+        const int64_t qi = cu_q[b] + i;
+        const int pos = tk[b] - tq[b] + i;
+        std::vector<double> s(pos + 1);
+        double mx = -1e300;
+        for (int j = 0; j <= pos; ++j) {
+          const int64_t kj = cu_k[b] + j;
+          double acc = 0;
+          for (int d = 0; d < 128; ++d) acc += double(q[(qi * heads + h) * 192 + d]) * kv[(kj * heads + h) * 256 + d];
+          for (int d = 0; d < 64; ++d) acc += double(q[(qi * heads + h) * 192 + 128 + d]) * lat[kj * 576 + 512 + d];
+          s[j] = acc * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double den = 0;
+        for (auto& v : s) den += (v = std::exp(v - mx));
+        for (int d = 0; d < 128; ++d) {
+          double o = 0;
+          for (int j = 0; j <= pos; ++j) o += s[j] * kv[((cu_k[b] + j) * heads + h) * 256 + 128 + d];
+          const double g = with_gate ? sigm(gate[qi * heads * 128 + h * 128 + d]) : 1.0;
+          ref[(qi * heads + h) * 128 + d] = float(o / den * g);
+        }
+      }
+  for (MlaPrefillKernel kernel : {MlaPrefillKernel::kMma, MlaPrefillKernel::kWgmma}) {
     DeviceBuffer out = test::poisoned(nq * heads * 128 * 2);
     MlaPrefillArgs a;
     a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 192;
     a.k_nope = dkv.as<__nv_bfloat16>(), a.ld_k_nope = heads * 256, a.hs_k_nope = 256;
     a.k_pe = dlat.as<__nv_bfloat16>() + 512, a.ld_k_pe = 576;
     a.v = dkv.as<__nv_bfloat16>() + 128, a.ld_v = heads * 256, a.hs_v = 256;
-    a.gate = dg.as<__nv_bfloat16>(), a.ld_gate = heads * 128;
+    if (with_gate) a.gate = dg.as<__nv_bfloat16>(), a.ld_gate = heads * 128;
     a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 128;
-    a.cu_q = dcq.as<int32_t>(), a.cu_k = dck.as<int32_t>();
-    a.batch = 3, a.heads = heads, a.max_q = 70;
-    mla_prefill(nullptr, a);
-    const auto got = dl_bf16(out, nq * heads * 128);
-    std::vector<float> ref(nq * heads * 128);
-    const double scale = 1.0 / std::sqrt(192.0);
-    for (size_t b = 0; b < tq.size(); ++b)
-      for (int i = 0; i < tq[b]; ++i)
-        for (int h = 0; h < heads; ++h) {
-          const int64_t qi = cu_q[b] + i;
-          const int pos = tk[b] - tq[b] + i;
-          std::vector<double> s(pos + 1);
-          double mx = -1e300;
-          for (int j = 0; j <= pos; ++j) {
-            const int64_t kj = cu_k[b] + j;
-            double acc = 0;
-            for (int d = 0; d < 128; ++d) acc += double(q[(qi * heads + h) * 192 + d]) * kv[(kj * heads + h) * 256 + d];
-            for (int d = 0; d < 64; ++d) acc += double(q[(qi * heads + h) * 192 + 128 + d]) * lat[kj * 576 + 512 + d];
-            s[j] = acc * scale;
-            mx = std::max(mx, s[j]);
-          }
-          double den = 0;
-          for (auto& v : s) den += (v = std::exp(v - mx));
-          for (int d = 0; d < 128; ++d) {
-            double o = 0;
-            for (int j = 0; j <= pos; ++j) o += s[j] * kv[((cu_k[b] + j) * heads + h) * 256 + 128 + d];
-            ref[(qi * heads + h) * 128 + d] = float(o / den * sigm(gate[qi * heads * 128 + h * 128 + d]));
-          }
-        }
-    EXPECT_LE(test::rel_err(got, ref), 1e-2) << "prefill heads " << heads;
+    a.cu_q = dcq.as<int32_t>(), a.cu_k = dck.as<int32_t>(), a.total_q = nq, a.total_k = nk;
+    a.batch = static_cast<int>(tq.size()), a.heads = heads, a.max_q = *std::max_element(tq.begin(), tq.end());
+    mla_prefill(nullptr, a, kernel);
+    EXPECT_LE(test::rel_err(dl_bf16(out, nq * heads * 128), ref), 1e-2)
+        << mla_prefill_kernel_name(kernel) << " heads " << heads << " gate " << with_gate;
   }
+}
+
+// Sequence 0: 70 new queries over 70 keys; sequence 1: 33 queries after 100 cached keys; sequence 2: 1.
+TEST(MlaPrefill, VarlenChunkedCausalWithGate) {
+  KIMIRT_REQUIRE_GPU();
+  for (int heads : {96, 12, 5}) check_prefill({70, 33, 1}, {70, 133, 9}, heads, true, 1);
+}
+
+// Several 128-query tiles per sequence, the last one partial (300 = 2·128 + 44), a chunk of 200 queries after
+// 320 cached keys (key tiles not aligned to query tiles), and a sequence of exactly 129 (one query past a tile).
+TEST(MlaPrefill, LongChunksAcrossQueryTiles) {
+  KIMIRT_REQUIRE_GPU();
+  check_prefill({300, 200, 129}, {300, 520, 129}, 12, true, 11);
+  check_prefill({300, 200, 129}, {300, 520, 129}, 3, false, 21);
+}
+
+// A bound the tensor copies need that the mma.sync kernel did not: the host-side row totals.
+TEST(MlaPrefill, RejectsMissingTotals) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceBuffer buf(1 << 20), out(4 * 128 * 2), cu = upload(std::vector<int32_t>{0, 4});
+  MlaPrefillArgs a;
+  a.q = a.k_nope = a.k_pe = a.v = buf.as<__nv_bfloat16>();
+  a.out = out.as<__nv_bfloat16>();
+  a.ld_q = 192, a.ld_k_nope = 256, a.hs_k_nope = 256, a.ld_k_pe = 576, a.ld_v = 256, a.hs_v = 256, a.ld_out = 128;
+  a.cu_q = a.cu_k = cu.as<int32_t>(), a.batch = 1, a.heads = 1, a.max_q = 4;
+  EXPECT_THROW(mla_prefill(nullptr, a), kimirt::Error);
+  a.total_q = 4, a.total_k = 4;
+  EXPECT_NO_THROW(mla_prefill(nullptr, a));
 }
 
 constexpr MlaDecodeKernel kKernels[] = {MlaDecodeKernel::kMma16, MlaDecodeKernel::kWgmma64, MlaDecodeKernel::kSeesaw};

@@ -67,6 +67,15 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return total;
 }
 
+// 2^x on the special-function unit, flushing denormal results (softmax weights need no more; 2^-inf = 0).
+// exp2f would wrap each one in a range check and two predicated multiplies: three more dependent
+// instructions per weight on the softmax's critical path.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // σ(x) written as the CPU reference writes it (exp of a non-positive argument only), in fp32.
 __device__ __forceinline__ float sigmoid(float x) {
   if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));

@@ -28,14 +28,7 @@ struct MlaKernelParams {
   float* lse;    // [batch][splits][heads], log2 domain
 };
 
-// 2^x on the special-function unit, flushing denormal results (the softmax weights need no more; 2^-inf = 0).
-// exp2f would wrap each one in a range check and two predicated multiplies: three more dependent
-// instructions per weight on the softmax's critical path.
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
+using detail::ex2;  // the softmax weights' 2^x (device_utils.cuh)
 
 // Rows per tile of kMma16 and kSeesaw: each tile arrives in one tensor copy (mla_decode.cu's tile map); a
 // page (a multiple of 32 rows) holds whole tiles, and chunks start at multiples of it.

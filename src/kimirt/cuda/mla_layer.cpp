@@ -184,7 +184,8 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
   a.v = kv + kNope, a.ld_v = d.heads * kKvB, a.hs_v = kKvB;
   a.gate = g, a.ld_gate = d.heads * kV;
   a.out = o, a.ld_out = d.heads * kV;
-  a.cu_q = cu_q, a.cu_k = cu_k, a.batch = batch, a.heads = static_cast<int>(d.heads), a.max_q = max_q;
+  a.cu_q = cu_q, a.cu_k = cu_k, a.total_q = tokens, a.total_k = total_k, a.batch = batch,
+  a.heads = static_cast<int>(d.heads), a.max_q = max_q;
   mla_prefill(stream, a);
   o_proj(linear, stream, d, w, o, tokens, out, accumulate);
   arena.rewind(mark);

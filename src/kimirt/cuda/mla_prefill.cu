@@ -1,11 +1,14 @@
-// Flash-attention forward for MLA prefill (FA2 structure): a block takes 64 queries of one head of one
-// sequence (4 warps × 16 rows), streams 64-key tiles of K and V through double-buffered shared memory
-// with cp.async, keeps Q fragments in registers, S and O in fp32 MMA accumulators, and rescales O by the
-// online-softmax correction per tile.
+// Flash-attention forward for MLA prefill, two kernels (mla_prefill.h): kWgmma (mla_prefill_wgmma.cuh) and,
+// here, kMma (FA2 structure): a block takes 64 queries of one head of one sequence (4 warps × 16 rows),
+// streams 64-key tiles of K and V through double-buffered shared memory with cp.async, keeps Q fragments in
+// registers, S and O in fp32 MMA accumulators, and rescales O by the online-softmax correction per tile.
+#include "kimirt/cuda/mla_prefill.h"
+
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
 #include "kimirt/cuda/kernel_attr.h"
-#include "kimirt/cuda/mla_prefill.h"
+#include "kimirt/cuda/mla_prefill_wgmma.cuh"
+#include "kimirt/cuda/tensor_map.h"
 
 namespace kimirt::cuda {
 namespace {
@@ -190,39 +193,56 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(Params prm) {
   // copies in flight: they land before the block's shared memory is released.
   if (n_tiles == 0) detail::cp_async_wait<0>();
 
-  // Epilogue: full row sums, normalize, optional σ(gate), store.
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = m0 + row_lo + 8 * r;
-    if (row >= tq) continue;
-    const float inv_l = l_run[r] > 0.0f ? 1.0f / l_run[r] : 0.0f;
-    const int64_t token = q_begin + row;
-    bf16* dst = a.out + token * a.ld_out + head * kDv;
-    const bf16* gp = a.gate ? a.gate + token * a.ld_gate + head * kDv : nullptr;
-#pragma unroll
-    for (int n = 0; n < kDv / 8; ++n) {
-      const int col = n * 8 + 2 * t;
-      float v0 = o[n][2 * r] * inv_l, v1 = o[n][2 * r + 1] * inv_l;
-      if (gp) {
-        const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(gp + col));
-        v0 *= detail::sigmoid(gv.x);
-        v1 *= detail::sigmoid(gv.y);
-      }
-      *reinterpret_cast<uint32_t*>(dst + col) = detail::pack_bf16x2(v0, v1);
-    }
-  }
+  mla_prefill_wgmma::store_rows(
+      a, [&](int j, int e) { return o[j][e]; }, l_run, head, q_begin, m0 + row_lo, tq, 2 * t);
 }
 
 bool stride_ok(int64_t s) { return s > 0 && s % 8 == 0; }
 
 }  // namespace
 
-void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a) {
+const char* mla_prefill_kernel_name(MlaPrefillKernel k) {
+  switch (k) {
+    case MlaPrefillKernel::kAuto:
+      return "auto";
+    case MlaPrefillKernel::kMma:
+      return "mma";
+    case MlaPrefillKernel::kWgmma:
+      return "wgmma";
+  }
+  return "?";
+}
+
+namespace {
+
+// kWgmma's launch: a tensor map per operand, each bounded by the rows the batch has (total_q, total_k) and
+// by the columns its heads use, so that no copy reads past the caller's buffers (rows past a bound arrive as
+// zeros, masked by the kernel).
+void launch_wgmma(cudaStream_t stream, const MlaPrefillArgs& a, float scale_log2) {
+  namespace pw = mla_prefill_wgmma;
+  const auto map = [&](const char* name, const bf16* ptr, int64_t cols, int64_t ld, int64_t rows) {
+    const uint64_t dims[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+    const uint64_t strides[1] = {static_cast<uint64_t>(ld) * 2};
+    const uint32_t box[2] = {64, 64};
+    return make_tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                           cat("mla_prefill: ", name));
+  };
+  const int64_t heads = a.heads;
+  const CUtensorMap q_map = map("q", a.q, heads * kDqk, a.ld_q, a.total_q);
+  const CUtensorMap k_map = map("k_nope", a.k_nope, (heads - 1) * a.hs_k_nope + kDnope, a.ld_k_nope, a.total_k);
+  const CUtensorMap pe_map = map("k_pe", a.k_pe, kDqk - kDnope, a.ld_k_pe, a.total_k);
+  const CUtensorMap v_map = map("v", a.v, (heads - 1) * a.hs_v + kDv, a.ld_v, a.total_k);
+  const auto kernel = pw::mla_prefill_wgmma_kernel;
+  ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), pw::kSmemBytes);
+  const dim3 grid(static_cast<unsigned>((a.max_q + pw::kBM - 1) / pw::kBM), static_cast<unsigned>(a.heads),
+                  static_cast<unsigned>(a.batch));
+  kernel<<<grid, pw::kThreads, pw::kSmemBytes, stream>>>(q_map, k_map, pe_map, v_map, pw::Params{a, scale_log2});
+  KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a, MlaPrefillKernel kernel) {
   KIMIRT_CUDA_REQUIRE(a.batch >= 0 && a.heads > 0 && a.heads <= 65535 && a.max_q >= 0, "mla_prefill: batch ", a.batch,
                       ", heads ", a.heads, ", max_q ", a.max_q);
   if (a.batch == 0 || a.max_q == 0) return;
@@ -241,7 +261,18 @@ void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a) {
   KIMIRT_CUDA_REQUIRE(detail::aligned16(a.q) && detail::aligned16(a.k_nope) && detail::aligned16(a.k_pe) &&
                           detail::aligned16(a.v) && detail::aligned16(a.out),
                       "mla_prefill: q, k_nope, k_pe, v and out must be 16-byte aligned");
-  Params p{a, (a.scale > 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(kDqk))) * kLog2e};
+  KIMIRT_CUDA_REQUIRE(
+      a.total_q >= a.max_q && a.total_q < (int64_t{1} << 31) && a.total_k > 0 && a.total_k < (int64_t{1} << 31),
+      "mla_prefill: total_q ", a.total_q, " and total_k ", a.total_k,
+      " (cu_q[batch], cu_k[batch]) must be positive, below 2^31, and total_q >= max_q ", a.max_q);
+  KIMIRT_CUDA_REQUIRE(a.hs_k_nope >= 0 && a.hs_v >= 0, "mla_prefill: head strides hs_k_nope ", a.hs_k_nope,
+                      " and hs_v ", a.hs_v, " must not be negative");
+  const float scale_log2 = (a.scale > 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(kDqk))) * kLog2e;
+  if (kernel != MlaPrefillKernel::kMma) {
+    launch_wgmma(stream, a, scale_log2);
+    return;
+  }
+  Params p{a, scale_log2};
   ensure_dynamic_smem(reinterpret_cast<const void*>(&mla_prefill_kernel), kSmemBytes);
   const dim3 grid(static_cast<unsigned>((a.max_q + kBM - 1) / kBM), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(a.batch));

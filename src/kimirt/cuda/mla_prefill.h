@@ -26,16 +26,22 @@ struct MlaPrefillArgs {
   int64_t ld_gate = 0;
   __nv_bfloat16* out = nullptr;  // [Tq_total, heads, 128]: token stride ld_out, head stride 128
   int64_t ld_out = 0;
-  const int32_t* cu_q = nullptr;  // device [batch + 1] query offsets
-  const int32_t* cu_k = nullptr;  // device [batch + 1] key offsets
+  const int32_t* cu_q = nullptr;     // device [batch + 1] query offsets
+  const int32_t* cu_k = nullptr;     // device [batch + 1] key offsets
+  int64_t total_q = 0, total_k = 0;  // host: cu_q[batch] and cu_k[batch] (the tensor copies' row bounds)
   int batch = 0;
   int heads = 0;
   int max_q = 0;       // host: the largest Tq_b (sizes the grid)
   float scale = 0.0f;  // 0 means 192^-½
 };
 
+// Two kernels compute the same thing: kWgmma (warpgroup MMA fed by tensor copies, 128 queries per block;
+// the default) and kMma (mma.sync, 64 queries per block; kept for comparison, docs/PERF.md).
+enum class MlaPrefillKernel { kAuto, kMma, kWgmma };
+const char* mla_prefill_kernel_name(MlaPrefillKernel k);
+
 // Strides are in elements and must be multiples of 8; pointers 16-byte aligned. Throws kimirt::Error
 // naming the field otherwise.
-void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a);
+void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a, MlaPrefillKernel kernel = MlaPrefillKernel::kAuto);
 
 }  // namespace kimirt::cuda
