@@ -115,30 +115,41 @@ void mla_suite(Context& ctx) {
     }
   }
 
-  // Prefill attention: one 4096-token sequence, 96 heads (keys expanded: k_nope|v per head, k_pe shared).
-  if (ctx.wants("prefill attn 4096 tokens causal heads=96")) {
-    const int t = 4096;
-    DeviceBuffer q(static_cast<int64_t>(t) * heads * 192 * 2), kv(static_cast<int64_t>(t) * heads * 256 * 2),
-        lat(static_cast<int64_t>(t) * kMlaRow * 2), o(static_cast<int64_t>(t) * heads * 128 * 2), cu(8);
-    fill_uniform(q.as<bf16>(), static_cast<int64_t>(t) * heads * 192, -1, 1, 1, ctx.stream);
-    fill_uniform(kv.as<bf16>(), static_cast<int64_t>(t) * heads * 256, -1, 1, 2, ctx.stream);
-    fill_uniform(lat.as<bf16>(), static_cast<int64_t>(t) * kMlaRow, -1, 1, 3, ctx.stream);
-    const int32_t cu_h[2] = {0, t};
-    KIMIRT_CUDA_CHECK(cudaMemcpy(cu.data(), cu_h, 8, cudaMemcpyHostToDevice));
+  // Prefill attention, 96 heads (keys expanded: k_nope|v per head, k_pe shared): one sequence of tq new
+  // tokens after tk - tq cached ones (0: a whole 4096-token prompt; 28672: a chunk at the end of a 32k
+  // context).
+  const auto prefill = [&](int tq, int tk) {
+    const std::string name = tq == tk
+                                 ? fmt::format("prefill attn {} tokens causal heads={}", tq, heads)
+                                 : fmt::format("prefill attn {} tokens after {} cached heads={}", tq, tk - tq, heads);
+    if (!ctx.wants(name)) return;
+    const int64_t nq = tq, nk = tk;
+    DeviceBuffer q(nq * heads * 192 * 2), kv(nk * heads * 256 * 2), lat(nk * kMlaRow * 2), o(nq * heads * 128 * 2),
+        cu_q(8), cu_k(8);
+    fill_uniform(q.as<bf16>(), nq * heads * 192, -1, 1, 1, ctx.stream);
+    fill_uniform(kv.as<bf16>(), nk * heads * 256, -1, 1, 2, ctx.stream);
+    fill_uniform(lat.as<bf16>(), nk * kMlaRow, -1, 1, 3, ctx.stream);
+    const int32_t cu_q_h[2] = {0, tq}, cu_k_h[2] = {0, tk};
+    KIMIRT_CUDA_CHECK(cudaMemcpy(cu_q.data(), cu_q_h, 8, cudaMemcpyHostToDevice));
+    KIMIRT_CUDA_CHECK(cudaMemcpy(cu_k.data(), cu_k_h, 8, cudaMemcpyHostToDevice));
     MlaPrefillArgs a;
     a.q = q.as<bf16>(), a.ld_q = heads * 192, a.k_nope = kv.as<bf16>(), a.ld_k_nope = heads * 256, a.hs_k_nope = 256;
     a.k_pe = lat.as<bf16>() + 512, a.ld_k_pe = kMlaRow, a.v = kv.as<bf16>() + 128, a.ld_v = heads * 256, a.hs_v = 256;
-    a.out = o.as<bf16>(), a.ld_out = heads * 128, a.cu_q = cu.as<int32_t>(), a.cu_k = cu.as<int32_t>(), a.batch = 1;
-    a.heads = heads, a.max_q = t, a.total_q = t, a.total_k = t;
-    const double flops = 2.0 * heads * (192 + 128) * t * (t + 1) / 2.0;
+    a.out = o.as<bf16>(), a.ld_out = heads * 128, a.cu_q = cu_q.as<int32_t>(), a.cu_k = cu_k.as<int32_t>();
+    a.batch = 1, a.heads = heads, a.max_q = tq, a.total_q = nq, a.total_k = nk;
+    // Query i sees tk - tq + i + 1 keys.
+    const double pairs = static_cast<double>(nq) * (nk - nq) + nq * (nq + 1) / 2.0;
+    const double flops = 2.0 * heads * (192 + 128) * pairs;
     for (MlaPrefillKernel kernel : {MlaPrefillKernel::kWgmma, MlaPrefillKernel::kMma}) {
       const double us = time_us(
           ctx, [&] { mla_prefill(ctx.stream, a, kernel); }, 1, 7, 1);
-      ctx.add({"mla", fmt::format("prefill attn 4096 tokens causal heads=96 [{}]", mla_prefill_kernel_name(kernel)), us,
-               t * heads * (192 + 256 + 128) * 2.0 + t * kMlaRow * 2.0, flops,
+      ctx.add({"mla", fmt::format("{} [{}]", name, mla_prefill_kernel_name(kernel)), us,
+               nq * heads * (192 + 128) * 2.0 + nk * (heads * 256 + kMlaRow) * 2.0, flops,
                kernel == MlaPrefillKernel::kWgmma ? "default" : "comparison"});
     }
-  }
+  };
+  prefill(4096, 4096);
+  prefill(4096, 32768);
 
   // One layer decode step, batch 1, context 32k, all projections (K3 weights, TP = 1).
   if (ctx.wants("layer decode step B=1 ctx=32k")) {
