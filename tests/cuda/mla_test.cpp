@@ -24,9 +24,11 @@ std::vector<float> dl_bf16(const DeviceBuffer& b, size_t n) { return test::from_
 double sigm(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // Sequences of tq[b] queries that are the last tq[b] of tk[b] key positions, random q, expanded keys and
-// latent, optionally a gate; both kernels against an fp64 loop over the same bf16 inputs.
+// latent, optionally a gate; every kernel against an fp64 loop over the same bf16 inputs. A sequence without
+// queries holds NaN keys and values: rows no other sequence may let into its sums. separate_kv: k_nope and v
+// in buffers of their own ([tokens, heads, 128], head stride 128) instead of interleaved per head (256).
 void check_prefill(const std::vector<int32_t>& tq, const std::vector<int32_t>& tk, int heads, bool with_gate,
-                   uint32_t seed) {
+                   uint32_t seed, bool separate_kv = false) {
   std::vector<int32_t> cu_q = {0}, cu_k = {0};
   for (size_t b = 0; b < tq.size(); ++b) cu_q.push_back(cu_q.back() + tq[b]), cu_k.push_back(cu_k.back() + tk[b]);
   const int64_t nq = cu_q.back(), nk = cu_k.back();
@@ -35,8 +37,17 @@ void check_prefill(const std::vector<int32_t>& tq, const std::vector<int32_t>& t
                      kv = test::random_vec(nk * heads * 256, seed + 1, -2, 2),
                      lat = test::random_vec(nk * 576, seed + 2, -2, 2),
                      gate = test::random_vec(nq * heads * 128, seed + 3, -3, 3);
-  DeviceBuffer dq = upload(test::to_bf16(q)), dkv = upload(test::to_bf16(kv)), dlat = upload(test::to_bf16(lat)),
-               dg = upload(test::to_bf16(gate)), dcq = upload(cu_q), dck = upload(cu_k);
+  std::vector<uint16_t> kv16 = test::to_bf16(kv);
+  for (size_t b = 0; b < tq.size(); ++b)
+    if (tq[b] == 0) std::fill(kv16.begin() + cu_k[b] * heads * 256, kv16.begin() + cu_k[b + 1] * heads * 256, 0x7FC0);
+  std::vector<uint16_t> kn16(nk * heads * 128), v16(nk * heads * 128);
+  for (int64_t i = 0; i < nk * heads; ++i) {
+    std::copy_n(kv16.begin() + i * 256, 128, kn16.begin() + i * 128);
+    std::copy_n(kv16.begin() + i * 256 + 128, 128, v16.begin() + i * 128);
+  }
+  DeviceBuffer dq = upload(test::to_bf16(q)), dkv = upload(kv16), dkn = upload(kn16), dv = upload(v16),
+               dlat = upload(test::to_bf16(lat)), dg = upload(test::to_bf16(gate)), dcq = upload(cu_q),
+               dck = upload(cu_k);
   std::vector<float> ref(nq * heads * 128);
   const double scale = 1.0 / std::sqrt(192.0);
   for (size_t b = 0; b < tq.size(); ++b)
@@ -67,16 +78,22 @@ void check_prefill(const std::vector<int32_t>& tq, const std::vector<int32_t>& t
     DeviceBuffer out = test::poisoned(nq * heads * 128 * 2);
     MlaPrefillArgs a;
     a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 192;
-    a.k_nope = dkv.as<__nv_bfloat16>(), a.ld_k_nope = heads * 256, a.hs_k_nope = 256;
+    if (separate_kv) {
+      a.k_nope = dkn.as<__nv_bfloat16>(), a.ld_k_nope = heads * 128, a.hs_k_nope = 128;
+      a.v = dv.as<__nv_bfloat16>(), a.ld_v = heads * 128, a.hs_v = 128;
+    } else {
+      a.k_nope = dkv.as<__nv_bfloat16>(), a.ld_k_nope = heads * 256, a.hs_k_nope = 256;
+      a.v = dkv.as<__nv_bfloat16>() + 128, a.ld_v = heads * 256, a.hs_v = 256;
+    }
     a.k_pe = dlat.as<__nv_bfloat16>() + 512, a.ld_k_pe = 576;
-    a.v = dkv.as<__nv_bfloat16>() + 128, a.ld_v = heads * 256, a.hs_v = 256;
     if (with_gate) a.gate = dg.as<__nv_bfloat16>(), a.ld_gate = heads * 128;
     a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 128;
     a.cu_q = dcq.as<int32_t>(), a.cu_k = dck.as<int32_t>(), a.total_q = nq, a.total_k = nk;
     a.batch = static_cast<int>(tq.size()), a.heads = heads, a.max_q = *std::max_element(tq.begin(), tq.end());
     mla_prefill(nullptr, a, kernel);
     EXPECT_LE(test::rel_err(dl_bf16(out, nq * heads * 128), ref), 1e-2)
-        << mla_prefill_kernel_name(kernel) << " heads " << heads << " gate " << with_gate;
+        << mla_prefill_kernel_name(kernel) << " heads " << heads << " gate " << with_gate << " separate k/v "
+        << separate_kv;
   }
 }
 
@@ -87,11 +104,13 @@ TEST(MlaPrefill, VarlenChunkedCausalWithGate) {
 }
 
 // Several 128-query tiles per sequence, the last one partial (300 = 2·128 + 44), a chunk of 200 queries after
-// 320 cached keys (key tiles not aligned to query tiles), and a sequence of exactly 129 (one query past a tile).
+// 320 cached keys, one of 150 after 37 (the causal diagonal crosses key tiles off their boundaries), a
+// sequence of exactly 129 (one query past a tile) whose last key tile reaches into a sequence of NaN rows.
 TEST(MlaPrefill, LongChunksAcrossQueryTiles) {
   KIMIRT_REQUIRE_GPU();
-  check_prefill({300, 200, 129}, {300, 520, 129}, 12, true, 11);
-  check_prefill({300, 200, 129}, {300, 520, 129}, 3, false, 21);
+  const std::vector<int32_t> tq = {300, 200, 150, 129, 0}, tk = {300, 520, 187, 129, 64};
+  check_prefill(tq, tk, 12, true, 11);
+  check_prefill(tq, tk, 16, false, 21, true);
 }
 
 // A bound the tensor copies need that the mma.sync kernel did not: the host-side row totals.

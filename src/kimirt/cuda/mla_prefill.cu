@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(Params prm) {
   if (m0 >= tq) return;
   const int offset = tk - tq;  // position of query 0
   const int last_q = min(m0 + kBM, tq) - 1;
-  const int n_keys = min(tk, offset + last_q + 1);
+  const int n_keys = max(0, min(tk, offset + last_q + 1));  // 0 only with bad cu_k (fewer keys than queries)
   const int n_tiles = (n_keys + kBN - 1) / kBN;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -234,6 +234,8 @@ void launch_wgmma(cudaStream_t stream, const MlaPrefillArgs& a, float scale_log2
   const CUtensorMap v_map = map("v", a.v, (heads - 1) * a.hs_v + kDv, a.ld_v, a.total_k);
   const auto kernel = pw::mla_prefill_wgmma_kernel;
   ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), pw::kSmemBytes);
+  // Query tiles vary fastest, so that the blocks running at once are few heads' and share their keys and values
+  // through L2 (heads fastest: every block another head's, 7-18% slower, docs/PERF.md).
   const dim3 grid(static_cast<unsigned>((a.max_q + pw::kBM - 1) / pw::kBM), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(a.batch));
   kernel<<<grid, pw::kThreads, pw::kSmemBytes, stream>>>(q_map, k_map, pe_map, v_map, pw::Params{a, scale_log2});
@@ -261,12 +263,13 @@ void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a, MlaPrefillKernel 
   KIMIRT_CUDA_REQUIRE(detail::aligned16(a.q) && detail::aligned16(a.k_nope) && detail::aligned16(a.k_pe) &&
                           detail::aligned16(a.v) && detail::aligned16(a.out),
                       "mla_prefill: q, k_nope, k_pe, v and out must be 16-byte aligned");
-  KIMIRT_CUDA_REQUIRE(
-      a.total_q >= a.max_q && a.total_q < (int64_t{1} << 31) && a.total_k > 0 && a.total_k < (int64_t{1} << 31),
-      "mla_prefill: total_q ", a.total_q, " and total_k ", a.total_k,
-      " (cu_q[batch], cu_k[batch]) must be positive, below 2^31, and total_q >= max_q ", a.max_q);
-  KIMIRT_CUDA_REQUIRE(a.hs_k_nope >= 0 && a.hs_v >= 0, "mla_prefill: head strides hs_k_nope ", a.hs_k_nope,
-                      " and hs_v ", a.hs_v, " must not be negative");
+  constexpr int64_t k2g = int64_t{1} << 31;  // tensor-copy coordinates are 32-bit
+  KIMIRT_CUDA_REQUIRE(a.total_q > 0 && a.total_q < k2g && a.total_k > 0 && a.total_k < k2g, "mla_prefill: total_q ",
+                      a.total_q, " and total_k ", a.total_k, " (cu_q[batch], cu_k[batch]) must be in 1..2^31-1");
+  KIMIRT_CUDA_REQUIRE(a.hs_k_nope >= 0 && a.hs_v >= 0 && (a.heads - 1) * a.hs_k_nope + kDnope < k2g &&
+                          (a.heads - 1) * a.hs_v + kDv < k2g,
+                      "mla_prefill: head strides hs_k_nope ", a.hs_k_nope, " and hs_v ", a.hs_v,
+                      " must not be negative, and the last head's columns must end below 2^31");
   const float scale_log2 = (a.scale > 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(kDqk))) * kLog2e;
   if (kernel != MlaPrefillKernel::kMma) {
     launch_wgmma(stream, a, scale_log2);

@@ -26,12 +26,14 @@ struct MlaPrefillArgs {
   int64_t ld_gate = 0;
   __nv_bfloat16* out = nullptr;  // [Tq_total, heads, 128]: token stride ld_out, head stride 128
   int64_t ld_out = 0;
-  const int32_t* cu_q = nullptr;     // device [batch + 1] query offsets
-  const int32_t* cu_k = nullptr;     // device [batch + 1] key offsets
-  int64_t total_q = 0, total_k = 0;  // host: cu_q[batch] and cu_k[batch] (the tensor copies' row bounds)
+  const int32_t* cu_q = nullptr;  // device [batch + 1] query offsets
+  const int32_t* cu_k = nullptr;  // device [batch + 1] key offsets
+  // host: exactly cu_q[batch] and cu_k[batch], the rows the tensor copies may read (rows past them arrive as
+  // zeros: a smaller total silently drops keys, a larger one reads past the buffers)
+  int64_t total_q = 0, total_k = 0;
   int batch = 0;
   int heads = 0;
-  int max_q = 0;       // host: the largest Tq_b (sizes the grid)
+  int max_q = 0;       // host: a bound on the largest Tq_b (sizes the grid)
   float scale = 0.0f;  // 0 means 192^-½
 };
 

@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int b = blockIdx.z, head = blockIdx.y;
   const int q_begin = a.cu_q[b], tq = a.cu_q[b + 1] - q_begin;
   const int k_begin = a.cu_k[b], tk = a.cu_k[b + 1] - k_begin;
-  // Under the causal mask the last query tiles see the most keys: they are dispatched first.
+  // Under the causal mask a head's last query tiles see the most keys: they are dispatched first.
   const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;
   if (m0 >= tq) return;
   const int offset = tk - tq;  // position of query 0
@@ -154,6 +154,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int tile = 0; tile < n_tiles; ++tile) {
     const uint32_t st = base + kSmemKV + s * kStageBytes;
     detail::mbar_wait(full0 + 8 * s, phase);
+    if (tile * kBN + kBN > tk) {
+      // The sequence ends inside this tile. Its rows past the end (the next sequence's keys, or the copy's zero
+      // fill) get P = 0, but 0 · NaN or 0 · Inf is NaN: their V is zeroed first, by both warpgroups, before
+      // either reads the stage (masking S alone suffices for K: a select, not a product).
+      const int first = max(0, tk - tile * kBN), per_atom = (kBN - first) * 8;  // 16-byte chunks
+      uint8_t* v = smem + kSmemKV + s * kStageBytes + kKAtoms * kAtom;
+      for (int i = threadIdx.x; i < kVAtoms * per_atom; i += kConsumerWarps * 32) {
+        const int atom = i / per_atom, rem = i % per_atom;
+        *reinterpret_cast<uint4*>(v + atom * kAtom + (first + rem / 8) * 128 + (rem % 8) * 16) = make_uint4(0, 0, 0, 0);
+      }
+      detail::fence_proxy_async();  // the generic writes, before the tensor cores read V
+      detail::named_barrier_sync(1, kConsumerWarps * 32);
+    }
     const uint64_t dk = detail::wgmma_desc_sw128(st, 16, 1024);
     // V as the MN-major B operand: its two 64-dim atoms are LBO apart, a k16 step is 16 rows (2048 bytes).
     const uint64_t dv = detail::wgmma_desc_sw128(st + kKAtoms * kAtom, kAtom, 1024);
