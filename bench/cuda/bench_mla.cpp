@@ -122,7 +122,8 @@ void mla_suite(Context& ctx) {
     const std::string name = tq == tk
                                  ? fmt::format("prefill attn {} tokens causal heads={}", tq, heads)
                                  : fmt::format("prefill attn {} tokens after {} cached heads={}", tq, tk - tq, heads);
-    if (!ctx.wants(name)) return;
+    const auto named = [&](MlaPrefillKernel k) { return fmt::format("{} [{}]", name, mla_prefill_kernel_name(k)); };
+    if (!ctx.wants(named(MlaPrefillKernel::kWgmma)) && !ctx.wants(named(MlaPrefillKernel::kMma))) return;
     const int64_t nq = tq, nk = tk;
     DeviceBuffer q(nq * heads * 192 * 2), kv(nk * heads * 256 * 2), lat(nk * kMlaRow * 2), o(nq * heads * 128 * 2),
         cu_q(8), cu_k(8);
@@ -141,10 +142,10 @@ void mla_suite(Context& ctx) {
     const double pairs = static_cast<double>(nq) * (nk - nq) + nq * (nq + 1) / 2.0;
     const double flops = 2.0 * heads * (192 + 128) * pairs;
     for (MlaPrefillKernel kernel : {MlaPrefillKernel::kWgmma, MlaPrefillKernel::kMma}) {
+      if (!ctx.wants(named(kernel))) continue;
       const double us = time_us(
           ctx, [&] { mla_prefill(ctx.stream, a, kernel); }, 1, 7, 1);
-      ctx.add({"mla", fmt::format("{} [{}]", name, mla_prefill_kernel_name(kernel)), us,
-               nq * heads * (192 + 128) * 2.0 + nk * (heads * 256 + kMlaRow) * 2.0, flops,
+      ctx.add({"mla", named(kernel), us, nq * heads * (192 + 128) * 2.0 + nk * (heads * 256 + kMlaRow) * 2.0, flops,
                kernel == MlaPrefillKernel::kWgmma ? "default" : "comparison"});
     }
   };

@@ -83,7 +83,8 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
 
 // Prefill (chunked): x [Tq_total, hidden] for `batch` sequences with query offsets cu_q and context
 // offsets cu_k (device, [batch + 1]; sequence b's context = its cached rows plus this chunk, all already
-// counted in the block table); slots [Tq_total] (device) for the new rows. max_q / max_k: host bounds.
+// counted in the block table); slots [Tq_total] (device) for the new rows. tokens and total_k: host, exactly
+// cu_q[batch] and cu_k[batch] (they bound the attention's tensor copies). max_q / max_k: host bounds.
 void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& dims,
                       const MlaLayerWeights& w, const MlaCacheView& cache, const __nv_bfloat16* x, int64_t tokens,
                       int batch, const int32_t* cu_q, const int32_t* cu_k, int64_t total_k, int max_q, int max_k,

@@ -29,7 +29,7 @@ struct MlaPrefillArgs {
   const int32_t* cu_q = nullptr;  // device [batch + 1] query offsets
   const int32_t* cu_k = nullptr;  // device [batch + 1] key offsets
   // host: exactly cu_q[batch] and cu_k[batch], the rows the tensor copies may read (rows past them arrive as
-  // zeros: a smaller total silently drops keys, a larger one reads past the buffers)
+  // zeros: a smaller total silently drops keys; a larger one reads rows past cu_k[batch], which must exist)
   int64_t total_q = 0, total_k = 0;
   int batch = 0;
   int heads = 0;
@@ -42,8 +42,9 @@ struct MlaPrefillArgs {
 enum class MlaPrefillKernel { kAuto, kMma, kWgmma };
 const char* mla_prefill_kernel_name(MlaPrefillKernel k);
 
-// Strides are in elements and must be multiples of 8; pointers 16-byte aligned. Throws kimirt::Error
-// naming the field otherwise.
+// Strides are in elements and must be multiples of 8, head strides not negative, the last head's columns
+// below 2^31; pointers 16-byte aligned; total_q and total_k in 1..2^31-1. Throws kimirt::Error naming the
+// field otherwise.
 void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a, MlaPrefillKernel kernel = MlaPrefillKernel::kAuto);
 
 }  // namespace kimirt::cuda

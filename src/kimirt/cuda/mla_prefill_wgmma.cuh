@@ -1,4 +1,5 @@
-// kWgmma of the MLA prefill attention (mla_prefill.h): the FA3 structure on Hopper's warpgroup MMA.
+// kWgmma of the MLA prefill attention (mla_prefill.h) on Hopper's warpgroup MMA, warp-specialized as FA3 is
+// (a producer warp's tensor copies feed the consumers through a ring of stages).
 //
 // Block = 128 queries of one head of one sequence: two consumer warpgroups of 64 query rows each and one
 // producer warp. The producer copies Q once (three 64-dim atoms per warpgroup) and then, per 64-key tile, K
@@ -9,7 +10,9 @@
 //   registers, rescales O, and packs P to bf16 in place: the accumulator layout is the A-fragment layout;
 //   O[64 x 128] += P · V    4 wgmma m64n128k16, P from registers, V from shared memory (MN-major),
 // then releases the stage. The two warpgroups share each stage, so K and V are read from L2 once per 128
-// queries (the kMma kernel: once per 64); one warpgroup's softmax runs while the other's wgmmas do.
+// queries (the kMma kernel: once per 64), and one warpgroup's softmax can run while the other's wgmmas do.
+// Nothing orders the two: making them take turns (FA3's ping-pong), or pipelining S of the next tile inside a
+// warpgroup, measured slower (docs/PERF.md, 2026-11-30).
 // Included by mla_prefill.cu only.
 #pragma once
 
