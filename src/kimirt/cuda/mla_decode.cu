@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (valid < kT) {
       // The rows past the chunk's end hold whatever the cache pages held (or nothing was copied): zeros,
       // so that P = 0 meets finite values in P·V.
-      mla_kernels::zero_tile_rows(ks + slot * kTileBytes, valid, kT, kTileAtomBytes, tid, kThreads);
+      detail::zero_sw128_rows(ks + slot * kTileBytes, kAtoms, kT, valid, tid, kThreads);
       __syncthreads();
     }
 

@@ -1,8 +1,8 @@
 // What the three MLA decode kernels (kMma16 in mla_decode_mma16.cuh, kWgmma64 in mla_decode.cu, kSeesaw in
 // mla_decode_seesaw.cuh) share: their parameters (MlaKernelParams), the block's start (smem_aligned_1024 from
-// device_utils.cuh, chunk_end, finish_if_empty with write_empty_chunk), the swizzled tile layout (swizzled,
-// zero_tile_rows for a chunk's partial last tile), the block-table lookup of the wgmma kernels (box_rows) and their
-// epilogue (stage_wgmma_rows, write_staged_rows). Included by those files only.
+// device_utils.cuh, chunk_end, finish_if_empty with write_empty_chunk), the block-table lookup of the wgmma
+// kernels (box_rows) and their epilogue (stage_wgmma_rows, write_staged_rows); a partial tile's rows are zeroed
+// by wgmma.cuh's zero_sw128_rows. Included by those files only.
 #pragma once
 
 #include <cuda.h>
@@ -33,25 +33,6 @@ using detail::ex2;  // the softmax weights' 2^x (device_utils.cuh)
 // Rows per tile of kMma16 and kSeesaw: each tile arrives in one tensor copy (mla_decode.cu's tile map); a
 // page (a multiple of 32 rows) holds whole tiles, and chunks start at multiples of it.
 constexpr int kTileRows = 32;
-
-// Byte offset of 16-byte chunk c (of 72) of row r in a [rows x 576] bf16 tile stored as 9 atoms of
-// [rows x 64] with the 128-byte swizzle, as the tensor-map copies write it (atoms start at multiples of 1024).
-__device__ __forceinline__ uint32_t swizzled(int r, int c, int atom_bytes) {
-  return static_cast<uint32_t>((c >> 3) * atom_bytes + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
-// Zeros rows [from, rows) of a swizzled [rows x 576] tile (see swizzled) and fences them for the async proxy,
-// which the wgmma kernels need (their wgmmas read the tile next, after the caller's barrier; kMma16's
-// ldmatrix reads need no fence). Called by `threads` threads.
-__device__ __forceinline__ void zero_tile_rows(uint8_t* tile, int from, int rows, int atom_bytes, int tid,
-                                               int threads) {
-  constexpr int kRowChunks = kMlaRow / 8;
-  for (int idx = tid; idx < (rows - from) * kRowChunks; idx += threads) {
-    const int r = from + idx / kRowChunks, c = idx % kRowChunks;
-    *reinterpret_cast<uint4*>(tile + swizzled(r, c, atom_bytes)) = make_uint4(0, 0, 0, 0);
-  }
-  detail::fence_proxy_async();
-}
 
 // A chunk with no keys: zeros and lse = -inf (weight 0 in the merge, so it needs no branch), or zeros in
 // the output when unsplit. Called by `threads` threads of the block.

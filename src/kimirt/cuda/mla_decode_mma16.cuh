@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // machines AD and AE). The group's reads of the keys are done (each warp's scores were in its stores
     // before the barrier above); the stage is this group's alone.
     if (valid < kRows) {
-      zero_tile_rows(smem + st * kTileBytes, valid, kRows, kAtomBytes, wq * 32 + lane, kGroupThreads);
+      detail::zero_sw128_rows(smem + st * kTileBytes, kAtoms, kRows, valid, wq * 32 + lane, kGroupThreads);
       detail::named_barrier_sync(1 + grp, kGroupThreads);
     }
     // O[:, 128·wq ..] += P · V over the tile's 32 keys (2 k16 steps).

@@ -150,7 +150,7 @@ struct Consumer {
       if (valid < kT) {
         // The rows past the chunk's end hold whatever the pages held (or nothing was copied): zeros, so that
         // P = 0 meets finite values in both groups' P · V.
-        zero_tile_rows(tile_smem, valid, kT, kTileAtomBytes, t, 128);
+        detail::zero_sw128_rows(tile_smem, kAtoms, kT, valid, t, 128);
         detail::named_barrier_sync(kWgBarrier + wg, 128);
       }
       // Online softmax (log2 domain) on rows r0 and r0 + 8, straight from the score accumulators (written by

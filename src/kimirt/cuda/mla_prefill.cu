@@ -25,10 +25,7 @@ constexpr int kVElems = kBN * kVStride;
 constexpr int kSmemBytes = (kQElems + 2 * kKElems + 2 * kVElems) * 2;
 constexpr float kLog2e = 1.4426950408889634f;
 
-struct Params {
-  MlaPrefillArgs a;
-  float scale_log2;
-};
+using mla_prefill_wgmma::Params;  // both kernels take the same arguments
 
 __device__ __forceinline__ uint32_t lds32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 

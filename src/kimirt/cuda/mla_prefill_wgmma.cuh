@@ -161,13 +161,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The sequence ends inside this tile. Its rows past the end (the next sequence's keys, or the copy's zero
       // fill) get P = 0, but 0 · NaN or 0 · Inf is NaN: their V is zeroed first, by both warpgroups, before
       // either reads the stage (masking S alone suffices for K: a select, not a product).
-      const int first = max(0, tk - tile * kBN), per_atom = (kBN - first) * 8;  // 16-byte chunks
-      uint8_t* v = smem + kSmemKV + s * kStageBytes + kKAtoms * kAtom;
-      for (int i = threadIdx.x; i < kVAtoms * per_atom; i += kConsumerWarps * 32) {
-        const int atom = i / per_atom, rem = i % per_atom;
-        *reinterpret_cast<uint4*>(v + atom * kAtom + (first + rem / 8) * 128 + (rem % 8) * 16) = make_uint4(0, 0, 0, 0);
-      }
-      detail::fence_proxy_async();  // the generic writes, before the tensor cores read V
+      detail::zero_sw128_rows(smem + kSmemKV + s * kStageBytes + kKAtoms * kAtom, kVAtoms, kBN, max(0, tk - tile * kBN),
+                              threadIdx.x, kConsumerWarps * 32);
       detail::named_barrier_sync(1, kConsumerWarps * 32);
     }
     const uint64_t dk = detail::wgmma_desc_sw128(st, 16, 1024);

@@ -34,6 +34,19 @@ __device__ __forceinline__ void wgmma_wait() {
 // cores' async proxy: each writing thread fences, then the block synchronizes.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// Zeros rows [from, rows) of `atoms` consecutive atoms of `rows` rows each (atom i at tile + i·rows·128), e.g.
+// the rows of a cache or key tile past a sequence's end, and fences the writes for the async proxy (the
+// tensor cores read the tile next, after the caller's barrier). The swizzle only permutes the 16-byte chunks
+// inside a row, so a whole row is its 128 contiguous bytes. Called by `threads` threads, `tid` each.
+__device__ __forceinline__ void zero_sw128_rows(uint8_t* tile, int atoms, int rows, int from, int tid, int threads) {
+  const int per_atom = (rows - from) * 8;  // 16-byte chunks
+  for (int i = tid; i < atoms * per_atom; i += threads) {
+    const int atom = i / per_atom, rem = i % per_atom;
+    *reinterpret_cast<uint4*>(tile + (atom * rows + from) * 128 + rem * 16) = make_uint4(0, 0, 0, 0);
+  }
+  fence_proxy_async();
+}
+
 // Pins accumulator registers after a wait: without it the compiler may read them between the issue of a
 // wgmma and its completion, since the asm statement that "wrote" them has already run.
 template <int N>
