@@ -1,5 +1,6 @@
-// Sampling: greedy ties, determinism per (seed, step), support of top-k / top-p / min-p, and the
-// empirical distribution of temperature sampling against the softmax.
+// Sampling: greedy ties, determinism per (seed, step), support of top-k / top-p / min-p, the empirical
+// distribution of temperature sampling against the softmax, and the LM head's refusal of filters on a
+// vocabulary shard.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +8,9 @@
 #include <set>
 
 #include "kimirt/base/error.h"
+#include "kimirt/cuda/gemm_dispatch.h"
+#include "kimirt/cuda/gemm_lt.h"
+#include "kimirt/cuda/lm_head.h"
 #include "kimirt/cuda/sampling.h"
 #include "test_util.h"
 
@@ -214,9 +218,136 @@ TEST(Sampling, ValidatesParams) {
   p.temperature = -1.0f;
   EXPECT_THROW(validate(p), Error);
   p = {};
-  p.min_p = 1.0f;
+  p.min_p = 1.1f;
   EXPECT_THROW(validate(p), Error);
+  p.min_p = 1.0f;  // the CPU sampler's range: keeps the tokens tied with the most likely one
+  EXPECT_NO_THROW(validate(p));
   EXPECT_NO_THROW(validate(SamplingParams{}));
+}
+
+TEST(Sampling, RejectsOffsetsOutsideInt32Ids) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 1024;
+  DeviceBuffer dl(vocab * 4), dp = upload(std::vector<SamplingParams>(1)), ids(16);
+  for (const int64_t offset : {int64_t{-1}, (int64_t{1} << 31) - vocab + 1}) {
+    EXPECT_THROW(sample(nullptr, dl.as<float>(), vocab, 1, vocab, offset, dp.as<SamplingParams>(), ids.as<int32_t>()),
+                 Error)
+        << "vocab_offset " << offset;
+  }
+  const int64_t last = (int64_t{1} << 31) - vocab;  // the largest id is INT32_MAX
+  KIMIRT_CUDA_CHECK(cudaMemset(dl.data(), 0, vocab * 4));
+  SamplingParams g;
+  g.temperature = 0.0f;
+  DeviceBuffer dg = upload(std::vector<SamplingParams>{g});
+  sample(nullptr, dl.as<float>(), vocab, 1, vocab, last, dg.as<SamplingParams>(), ids.as<int32_t>());
+  EXPECT_EQ(download<int32_t>(ids.data(), 1)[0], static_cast<int32_t>(last)) << "greedy tie: the lowest id";
+}
+
+// min_p = 1 keeps only the tokens tied with the most likely one.
+TEST(Sampling, MinPOneKeepsTheTopTies) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 163840;
+  std::vector<float> l = test::random_vec(vocab, 11, -5, 5);
+  l[777] = 8.0f, l[150001] = 8.0f;
+  std::vector<SamplingParams> ps(64);
+  for (int i = 0; i < 64; ++i) ps[i].temperature = 1.0f, ps[i].min_p = 1.0f, ps[i].seed = 3, ps[i].step = i;
+  std::vector<float> rows;
+  for (size_t i = 0; i < ps.size(); ++i) rows.insert(rows.end(), l.begin(), l.end());
+  std::set<int32_t> seen;
+  for (int32_t id : run(rows, vocab, ps)) {
+    EXPECT_TRUE(id == 777 || id == 150001) << id;
+    seen.insert(id);
+  }
+  EXPECT_EQ(seen.size(), 2u);
+}
+
+// One logit 40 above all others: the others' Gumbel noise (at most -ln(-ln(1 - 2^-24)) ≈ 16.6) cannot
+// overcome that, so every row picks it. With the 24-bit uniform that could round to u == 1 (noise +inf),
+// about 1% of rows at this vocabulary picked a uniformly random token instead (~20 of these 2048).
+TEST(Sampling, NoTokenGetsInfiniteNoise) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 163840, rows = 2048, stride = 53;
+  // The logits on the device (1.3 GiB; no host copy): zero, then 40 at id 5 + 53·row of each row.
+  DeviceBuffer dl(rows * vocab * 4);
+  KIMIRT_CUDA_CHECK(cudaMemset(dl.data(), 0, dl.size()));
+  const std::vector<float> top(rows, 40.0f);
+  KIMIRT_CUDA_CHECK(
+      cudaMemcpy2D(dl.as<float>() + 5, (vocab + stride) * 4, top.data(), 4, 4, rows, cudaMemcpyHostToDevice));
+  std::vector<SamplingParams> ps(rows);
+  for (int64_t i = 0; i < rows; ++i) ps[i].temperature = 1.0f, ps[i].seed = 0x9e3779b9ull * (i + 1), ps[i].step = i;
+  DeviceBuffer dp = upload(ps), ids = test::poisoned(rows * 4);
+  sample(nullptr, dl.as<float>(), vocab, rows, vocab, 0, dp.as<SamplingParams>(), ids.as<int32_t>());
+  const auto got = download<int32_t>(ids.data(), rows);
+  int wrong = 0;
+  for (int64_t i = 0; i < rows; ++i) wrong += got[i] != 5 + stride * i;
+  EXPECT_EQ(wrong, 0) << "rows that did not pick their +40 logit, of " << rows;
+}
+
+// Temperatures below kMinTemperature are greedy. Before, z = v/T overflowed: 50/T and 60/T both +inf for
+// T = 1e-37 (1/T itself for T = 1e-40), and the lower id of the two won.
+TEST(Sampling, TinyTemperaturesPickTheArgmax) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 163840;
+  std::vector<float> l = test::random_vec(vocab, 5, -1, 1);
+  l[1000] = 50.0f, l[140000] = 60.0f;
+  std::vector<SamplingParams> ps;
+  for (const float t : {1e-40f, 1e-37f, 1e-20f, 0.5f * kMinTemperature, kMinTemperature}) {
+    SamplingParams p;
+    p.temperature = t, p.seed = ps.size() + 1;
+    ps.push_back(p);
+    p.top_k = 20, p.top_p = 0.9f, p.min_p = 0.1f;  // the filters' paths too
+    ps.push_back(p);
+  }
+  std::vector<float> rows;
+  for (size_t i = 0; i < ps.size(); ++i) rows.insert(rows.end(), l.begin(), l.end());
+  for (const bool ws : {true, false}) {
+    const auto got = run(rows, vocab, ps, ws);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_EQ(got[i], 140000) << "T " << ps[i].temperature << ", row " << i << (ws ? ", split rows" : "");
+    }
+  }
+}
+
+// The cross-shard join is exact only without filters: a sharded call flagged as filtered is refused before
+// anything runs (and so are a missing join or score scratch); unflagged or unsharded calls run.
+TEST(Sampling, ShardedLmHeadRefusesFilters) {
+  KIMIRT_REQUIRE_GPU();
+  struct CountingJoin : CrossShard {
+    int calls = 0;
+    void combine(cudaStream_t, float*, int32_t*, int64_t) override { ++calls; }
+  } join;
+  const int64_t m = 2, hidden = 128, total = 2048, size = 1024;
+  DeviceBuffer ws(8 << 20), sws(8 << 20);
+  GemmLt lt(ws.data(), ws.size());
+  Linear linear(lt, sws.data(), sws.size(), query_device(0).sm_count);
+  DeviceBuffer x(m * hidden * 2), w(size * hidden * 2), logits(m * size * 4), ids(m * 4), scores(m * 4);
+  fill_uniform(x.as<__nv_bfloat16>(), m * hidden, -1, 1, 1, nullptr);
+  fill_uniform(w.as<__nv_bfloat16>(), size * hidden, -0.1f, 0.1f, 2, nullptr);
+  std::vector<SamplingParams> ps(m);
+  ps[1].top_k = 50;
+  EXPECT_TRUE(uses_filters(ps[1], total));
+  EXPECT_FALSE(uses_filters(ps[0], total));
+  DeviceBuffer dp = upload(ps);
+  const VocabShard shard{size, size, total};
+  auto call = [&](const VocabShard& s, bool filtered, float* scratch, CrossShard* cross) {
+    lm_head_sample(linear, nullptr, x.as<__nv_bfloat16>(), m, hidden, w.as<__nv_bfloat16>(), s, logits.as<float>(),
+                   size, dp.as<SamplingParams>(), filtered, ids.as<int32_t>(), scratch, cross);
+  };
+  EXPECT_THROW(call(shard, true, scores.as<float>(), &join), Error);
+  EXPECT_THROW(call(shard, false, nullptr, &join), Error);
+  EXPECT_THROW(call(shard, false, scores.as<float>(), nullptr), Error);
+  EXPECT_EQ(join.calls, 0);
+  // Temperature-only rows on a shard: ids of the shard's slice, joined once.
+  ps[1].top_k = 0;
+  KIMIRT_CUDA_CHECK(cudaMemcpy(dp.data(), ps.data(), m * sizeof(SamplingParams), cudaMemcpyHostToDevice));
+  call(shard, false, scores.as<float>(), &join);
+  EXPECT_EQ(join.calls, 1);
+  for (int32_t id : download<int32_t>(ids.data(), m)) EXPECT_TRUE(id >= size && id < total) << id;
+  // The whole vocabulary in one shard samples any filter, without a join.
+  ps[1].top_k = 50;
+  KIMIRT_CUDA_CHECK(cudaMemcpy(dp.data(), ps.data(), m * sizeof(SamplingParams), cudaMemcpyHostToDevice));
+  call(VocabShard{0, size, size}, true, nullptr, nullptr);
+  for (int32_t id : download<int32_t>(ids.data(), m)) EXPECT_TRUE(id >= 0 && id < size) << id;
 }
 
 }  // namespace

@@ -25,8 +25,9 @@ void lm_head_logits(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
 
 // Joins per-shard (score, id) candidates into the global pick, in place on every rank: for each row keep
 // the pair with the larger score (ties: lower id). Exact for greedy and temperature-only sampling
-// (Gumbel-max is separable); rows with top-k / top-p / min-p need the shards' statistics first, which an
-// implementation must all-reduce (max, then the radix histograms) before sampling.
+// (Gumbel-max is separable, and every shard draws a token's noise from its global id); rows with top-k /
+// top-p / min-p would need the shards' statistics first (an all-reduce of the max, then of the radix
+// histograms, before sampling), which nothing implements: lm_head_sample refuses them.
 class CrossShard {
  public:
   virtual ~CrossShard() = default;
@@ -34,10 +35,17 @@ class CrossShard {
 };
 
 // Logits, per-shard sampling and the cross-shard join; ids [m] on the device. cross may be null when
-// shard covers the whole vocabulary. scratch_scores: [m] fp32 device. sampling_workspace: see sample().
+// shard covers the whole vocabulary. scratch_scores: [m] fp32 device (needed when sharded).
+// sampling_workspace: see sample().
+// any_filtered: whether any row of params uses_filters(row, shard.total) (sampling.h). The params live on
+// the device, where the host cannot look without a sync, so the caller, who filled them, says; a sharded
+// call with any_filtered throws before launching anything, since each shard would keep its own top k / top
+// p / min p instead of the vocabulary's and sample from the wrong distribution. Serve such batches from
+// logits gathered to one rank (sample() over the full vocabulary), or unsharded. Unsharded calls ignore it.
+// Under stream capture the check runs once, at capture: the flag must hold for every replay.
 void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x, int64_t m, int64_t hidden,
                     const __nv_bfloat16* w_shard, const VocabShard& shard, float* logits, int64_t ld_logits,
-                    const SamplingParams* params, int32_t* ids, float* scratch_scores, CrossShard* cross,
-                    void* sampling_workspace = nullptr, uint64_t sampling_workspace_bytes = 0);
+                    const SamplingParams* params, bool any_filtered, int32_t* ids, float* scratch_scores,
+                    CrossShard* cross, void* sampling_workspace = nullptr, uint64_t sampling_workspace_bytes = 0);
 
 }  // namespace kimirt::cuda

@@ -34,9 +34,12 @@ __host__ __device__ __forceinline__ Philox4 philox4x32_10(Philox4 ctr, uint64_t 
   return ctr;
 }
 
-// Uniform in the open interval (0, 1): 24 random bits, offset by half a step, so log(u) is finite.
+// Uniform in the open interval (0, 1), so that log(u) and log(-log(u)) are finite: 23 random bits, offset
+// by half a step. Not 24: (2^24 - 1) + 0.5 needs 25 significant bits and rounds to 2^24, i.e. u == 1 and
+// a Gumbel noise of +inf once in 2^24 draws; with 23 bits every value k + 0.5 is exact and the largest
+// u is 1 - 2^-24.
 __host__ __device__ __forceinline__ float uniform_open01(uint32_t bits) {
-  return (static_cast<float>(bits >> 8) + 0.5f) * (1.0f / 16777216.0f);
+  return (static_cast<float>(bits >> 9) + 0.5f) * (1.0f / 8388608.0f);
 }
 
 }  // namespace kimirt::cuda::detail

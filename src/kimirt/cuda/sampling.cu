@@ -370,7 +370,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int end = min(vocab, begin + chunk);
   const int n = max(0, end - begin);
   const SamplingParams p = params[row];
-  const bool greedy = !(p.temperature > 0.0f) || p.top_k == 1;
+  // Tiny temperatures are greedy rather than scaled (sampling.h): that bounds 1/T by 1/kMinTemperature, so
+  // z = v/T stays finite, and keeps z the same expression on every shard, which the cross-shard join needs
+  // (a z taken relative to the row max would be relative to each shard's own max).
+  const bool greedy = !(p.temperature >= kMinTemperature) || p.top_k == 1;
   const float inv_t = greedy ? 1.0f : 1.0f / p.temperature;
 
   // The slice once from global memory (the first `cached` values kept in shared memory).
@@ -556,7 +559,13 @@ void validate(const SamplingParams& p) {
                       " must be finite and >= 0");
   KIMIRT_CUDA_REQUIRE(p.top_k >= 0, "sampling: top_k ", p.top_k, " must be >= 0");
   KIMIRT_CUDA_REQUIRE(p.top_p > 0.0f && p.top_p <= 1.0f, "sampling: top_p ", p.top_p, " must be in (0, 1]");
-  KIMIRT_CUDA_REQUIRE(p.min_p >= 0.0f && p.min_p < 1.0f, "sampling: min_p ", p.min_p, " must be in [0, 1)");
+  KIMIRT_CUDA_REQUIRE(p.min_p >= 0.0f && p.min_p <= 1.0f, "sampling: min_p ", p.min_p, " must be in [0, 1]");
+}
+
+bool uses_filters(const SamplingParams& p, int64_t vocab) {
+  // The kernel's greedy rule: greedy rows ignore the filters.
+  if (!(p.temperature >= kMinTemperature) || p.top_k == 1) return false;
+  return (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f || p.min_p > 0.0f;
 }
 
 uint64_t sampling_workspace_bytes(int64_t rows) {
@@ -574,6 +583,9 @@ void sample(cudaStream_t stream, const float* logits, int64_t ld, int64_t rows, 
             uint64_t workspace_bytes) {
   KIMIRT_CUDA_REQUIRE(rows >= 0 && rows <= 65535 && vocab > 0 && vocab < (1ll << 31) && ld >= vocab, "sample: rows ",
                       rows, " (at most 65535), vocab ", vocab, ", row stride ", ld);
+  // Ids leave as int32 (and the noise counter takes the id as 32 bits): every offset id must fit.
+  KIMIRT_CUDA_REQUIRE(vocab_offset >= 0 && vocab_offset <= (1ll << 31) - vocab, "sample: vocab_offset ", vocab_offset,
+                      " with vocab ", vocab, " puts ids outside [0, 2^31)");
   if (rows == 0) return;
   KIMIRT_CUDA_REQUIRE(logits && params && out_ids, "sample: null pointer");
   KIMIRT_CUDA_REQUIRE(!workspace || workspace_bytes >= sampling_workspace_bytes(rows), "sample: workspace of ",

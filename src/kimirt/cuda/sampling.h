@@ -1,22 +1,32 @@
 // Token sampling on the GPU: only token ids go back to the host.
 //
 // Per row (request), with z = logits / temperature over the row's vocabulary slice:
-//   greedy (temperature == 0 or top_k == 1): argmax of the logits, ties to the lowest id;
+//   greedy (temperature < kMinTemperature, 0 included, or top_k == 1): argmax of the logits, ties to the
+//     lowest id;
 //   otherwise the kept set is {z ≥ τ} with τ the largest of
-//     top-k:  the k-th largest z (ties at the threshold are all kept),
+//     top-k:  the k-th largest z,
 //     top-p:  the largest value whose tokens (among those kept by top-k) hold ≥ top_p of that mass,
 //     min-p:  z_max + ln(min_p)  (p ≥ min_p · p_max);
 //   and the token is argmax over the kept set of z + Gumbel noise (exactly a draw from the renormalized
-//   softmax). The noise of token i is Philox4x32-10 of (seed, step, i): the same request, seed and step
-//   give the same token, whatever the batch.
+//   softmax). The noise of token i is Philox4x32-10 of (seed, step, i) with i the vocabulary id (offset
+//   included): the same request, seed and step give the same token, whatever the batch or the sharding.
+// Ties at a threshold differ from the CPU sampler (runtime/sampler.cpp) on purpose: here every token equal
+// to the top-k or top-p threshold value is kept (a threshold is a value, found without sorting), where the
+// CPU sorts by (logit, lower id) and keeps exactly k tokens, or stops top-p at the first token that reaches
+// the mass. Rounding aside, the kept sets differ only when logits tie exactly at the cut.
+// Temperatures in (0, kMinTemperature) are greedy: 1/T would overflow (and z = v/T long before it: every
+// large logit at +inf, the lowest id of them winning), and at such T only logits within about 10·T of the
+// max would have had a chance. The CPU sampler samples at any T > 0 (in double).
 // The top-k and top-p thresholds are found by 4-pass radix selection on the float bits (counts for top-k,
 // 2^-32 fixed-point probability mass for top-p, so the sums are exact and order-independent); at small
 // batches up to 16 blocks share a row, each holding its slice in shared memory (sampling.cu).
 //
 // Vocabulary sharding (TP): a row's slice is logits[:, 0 .. vocab) with ids offset by vocab_offset;
 // sample() also returns the winning score, and the Gumbel-max is separable: the cross-shard step keeps
-// the (score, id) pair with the largest score. That is exact for greedy and temperature sampling; top-k,
-// top-p and min-p need the global statistics of every shard (CrossShard in lm_head.h).
+// the (score, id) pair with the largest score. That is exact for greedy and temperature sampling (the
+// scores are z + noise, computed the same way whatever the shard, so the token does not depend on the
+// shard count); top-k, top-p and min-p need the global statistics of every shard, which nothing gathers
+// yet: lm_head_sample (lm_head.h) refuses them on a shard.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -25,8 +35,11 @@
 
 namespace kimirt::cuda {
 
+// Below this temperature a row is greedy (see above).
+inline constexpr float kMinTemperature = 1e-6f;
+
 struct SamplingParams {
-  float temperature = 1.0f;  // 0: greedy
+  float temperature = 1.0f;  // below kMinTemperature (0 included): greedy
   int32_t top_k = 0;         // 0: off
   float top_p = 1.0f;        // 1: off
   float min_p = 0.0f;        // 0: off
@@ -35,8 +48,12 @@ struct SamplingParams {
 };
 
 // Throws kimirt::Error naming the field (temperature finite ≥ 0, top_k ≥ 0, top_p in (0, 1],
-// min_p in [0, 1)).
+// min_p in [0, 1]: the CPU sampler's ranges).
 void validate(const SamplingParams& p);
+
+// Whether p filters the draw over a vocabulary of `vocab` tokens: a row that is not greedy with top-k below
+// the vocabulary, top-p < 1 or min-p > 0. Such rows cannot be sampled shard by shard (lm_head_sample).
+bool uses_filters(const SamplingParams& p, int64_t vocab);
 
 // Device scratch that lets several blocks share a row (small batches): sampling_workspace_bytes(rows) bytes,
 // zero-filled once before its first use (init_sampling_workspace); every call leaves it zeroed again. One
@@ -44,9 +61,10 @@ void validate(const SamplingParams& p);
 uint64_t sampling_workspace_bytes(int64_t rows);
 void init_sampling_workspace(void* workspace, uint64_t bytes, cudaStream_t stream);
 
-// logits [rows, vocab] fp32 (row stride ld), rows ≤ 65535; params [rows] on the device; out_ids [rows] int32
-// (ids + vocab_offset); out_scores [rows] (may be null): the winning z + noise (or the max logit when
-// greedy). Without a workspace each row gets one block (same tokens, slower at small batches).
+// logits [rows, vocab] fp32 (row stride ld), rows ≤ 65535; params [rows] on the device (validated by the
+// caller: the host does not see them); out_ids [rows] int32 (ids + vocab_offset, so vocab_offset ≥ 0 and
+// vocab_offset + vocab ≤ 2^31); out_scores [rows] (may be null): the winning z + noise (or the max logit
+// when greedy). Without a workspace each row gets one block (same tokens, slower at small batches).
 void sample(cudaStream_t stream, const float* logits, int64_t ld, int64_t rows, int64_t vocab, int64_t vocab_offset,
             const SamplingParams* params, int32_t* out_ids, float* out_scores = nullptr, void* workspace = nullptr,
             uint64_t workspace_bytes = 0);
