@@ -1,11 +1,13 @@
 // The loader's device upload target: testdata/k3-tiny loaded through model::load_into into device memory must
 // hold, destination by destination, exactly the bytes the host load (load_params) holds, at tp 1 and for a
-// rank of tp 2, with staging buffers small enough that they are fenced and reused many times; a load that
-// fails part-way returns every byte of arena memory it took.
+// rank of tp 2, with staging buffers small enough that they are fenced and reused many times, also onto a GPU
+// other than the loading threads' current one; a load that fails part-way returns every byte of arena memory
+// it took.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <filesystem>
+#include <optional>
 
 #include "kimirt/base/error.h"
 #include "kimirt/cuda/device_load_target.h"
@@ -40,16 +42,26 @@ model::LoadOptions options(uint64_t staging) {
 
 std::vector<uint8_t> device_bytes(const DeviceComponent& c) {
   std::vector<uint8_t> out(c.bytes);
-  if (c.bytes) KIMIRT_CUDA_CHECK(cudaMemcpy(out.data(), c.data, c.bytes, cudaMemcpyDeviceToHost));
+  // Default: the component may live on a device other than the current one.
+  if (c.bytes) KIMIRT_CUDA_CHECK(cudaMemcpy(out.data(), c.data, c.bytes, cudaMemcpyDefault));
   return out;
 }
 
-void expect_same_as_host(const Opened& o, const model::ParallelMapping& mapping, uint64_t staging) {
-  SCOPED_TRACE(mapping.str() + ", staging " + std::to_string(staging));
+// The arena is made on `device`; the target and the load then run with the test thread's current device
+// (and the I/O threads' device 0) wherever the arena is.
+void expect_same_as_host(const Opened& o, const model::ParallelMapping& mapping, uint64_t staging, int device = 0) {
+  SCOPED_TRACE(mapping.str() + ", staging " + std::to_string(staging) + ", device " + std::to_string(device));
   const model::ParamStore host = model::load_params(o.checkpoint, *o.schema, mapping, options(1ull << 30));
-  DeviceArena arena(host.total_bytes() + (64ull << 20), 0);
-  DeviceLoadTarget target(arena);
+  const int current = current_device();
+  std::optional<DeviceArena> arena;
+  {
+    const DeviceGuard on_device(device);
+    arena.emplace(host.total_bytes() + (64ull << 20), 0);
+  }
+  ASSERT_EQ(arena->device(), device);
+  DeviceLoadTarget target(*arena);
   model::load_into(target, o.checkpoint, *o.schema, mapping, options(staging));
+  EXPECT_EQ(current_device(), current);
   const DeviceParamStore dev = target.take();
   ASSERT_EQ(dev.size(), host.size());
   EXPECT_EQ(dev.total_bytes(), host.total_bytes());
@@ -68,6 +80,11 @@ void expect_same_as_host(const Opened& o, const model::ParallelMapping& mapping,
       ASSERT_EQ(c.bytes, t.nbytes()) << name;
       const auto* h = static_cast<const uint8_t*>(t.data());
       EXPECT_TRUE(device_bytes(c) == std::vector<uint8_t>(h, h + t.nbytes())) << name << " component " << i;
+      if (c.bytes) {
+        cudaPointerAttributes attr{};
+        KIMIRT_CUDA_CHECK(cudaPointerGetAttributes(&attr, c.data));
+        EXPECT_EQ(attr.device, device) << name;
+      }
     }
   }
 }
@@ -79,6 +96,16 @@ TEST(DeviceLoadTarget, K3TinyMatchesTheHostLoadByteForByte) {
   expect_same_as_host(o, model::ParallelMapping{}, 64 << 10);
   expect_same_as_host(o, model::ParallelMapping{}, 1ull << 30);
   expect_same_as_host(o, model::ParallelMapping::make(2, 1), 96 << 10);
+}
+
+// The loader's I/O threads have device 0 current. A target on another GPU used to record its slot events
+// (created on device 0) on its own streams, which fails: fences then did not wait, and staging buffers could
+// be freed under running copies.
+TEST(DeviceLoadTarget, LoadsOntoAGpuOtherThanTheCurrentOne) {
+  KIMIRT_REQUIRE_GPU();
+  if (device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  const Opened o = open_k3_tiny();
+  expect_same_as_host(o, model::ParallelMapping{}, 64 << 10, 1);
 }
 
 // Fails the load after some writes have been issued: the loader abandons, the arena gets its memory back
@@ -119,6 +146,28 @@ TEST(DeviceLoadTarget, AFailedLoadReturnsItsMemory) {
   EXPECT_EQ(arena.persistent_used(), used);
   EXPECT_EQ(target.inner_.take().size(), 0u);
   EXPECT_EQ(arena.allocate_persistent(1000, "next"), static_cast<uint8_t*>(before) + 1024);
+}
+
+// A finished load is committed: a second begin() before take() must neither drop it silently (its arena
+// memory would be lost) nor rewind it (the arena may hold later allocations above it).
+TEST(DeviceLoadTarget, BeginRefusesWhileAFinishedLoadWasNotTaken) {
+  KIMIRT_REQUIRE_GPU();
+  const Opened o = open_k3_tiny();
+  DeviceArena arena(64ull << 20, 0);
+  DeviceLoadTarget target(arena);
+  model::load_into(target, o.checkpoint, *o.schema, model::ParallelMapping{}, options(1ull << 30));
+  const uint64_t used = arena.persistent_used();
+  try {
+    model::load_into(target, o.checkpoint, *o.schema, model::ParallelMapping{}, options(1ull << 30));
+    ADD_FAILURE() << "a second load started over an un-taken one";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("take()"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(arena.persistent_used(), used);
+  const DeviceParamStore first = target.take();
+  EXPECT_GT(first.size(), 0u);
+  model::load_into(target, o.checkpoint, *o.schema, model::ParallelMapping{}, options(1ull << 30));
+  EXPECT_EQ(target.take().size(), first.size());
 }
 
 TEST(DeviceLoadTarget, ACheckpointLargerThanTheArenaFailsBeforeReading) {

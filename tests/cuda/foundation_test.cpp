@@ -32,11 +32,31 @@ TEST(MemoryBudget, ParsesPercentAndSizes) {
   EXPECT_DOUBLE_EQ(parse_memory_budget("85%").fraction, 0.85);
   EXPECT_EQ(parse_memory_budget("120GiB").max_bytes, 120ull << 30);
   EXPECT_EQ(parse_memory_budget("512 MiB").max_bytes, 512ull << 20);
-  EXPECT_EQ(parse_memory_budget("4096").max_bytes, 4096u);
+  EXPECT_EQ(parse_memory_budget("2097152").max_bytes, 2u << 20);
   EXPECT_THROW(parse_memory_budget("150%"), Error);
   EXPECT_THROW(parse_memory_budget("12 parsecs"), Error);
   EXPECT_THROW(parse_memory_budget(""), Error);
   EXPECT_THROW(parse_memory_budget("-3G"), Error);
+}
+
+// Read as bytes, "0.9" (a fraction written without %) truncated to 0, which plan_memory takes for "no limit";
+// a size of 2^64 bytes or more does not convert to uint64_t at all. Both are refused, quoting the text.
+TEST(MemoryBudget, RefusesSizesBelowOneMiBAndFrom2To64) {
+  for (const char* text :
+       {"0.9", "0.5", "1", "4096", "1023KiB", "0.0009G", "1e12TiB", "2e19", "18446744073709551616", "16777216 TiB"}) {
+    try {
+      (void)parse_memory_budget(text);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("\"") + text + "\""), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parse_memory_budget("1MiB").max_bytes, 1ull << 20);
+  EXPECT_EQ(parse_memory_budget("1048576").max_bytes, 1ull << 20);
+  EXPECT_EQ(parse_memory_budget("0.5GiB").max_bytes, 512ull << 20);
+  EXPECT_EQ(parse_memory_budget("16TiB").max_bytes, 16ull << 40);
+  EXPECT_EQ(parse_memory_budget("16777215TiB").max_bytes, 16777215ull << 40);  // just below 2^64
+  EXPECT_DOUBLE_EQ(parse_memory_budget("0.9%").fraction, 0.009);               // a percentage may be small
 }
 
 TEST(MemoryPlan, SplitsTheBudgetAndRefusesTooSmall) {
@@ -77,6 +97,53 @@ TEST(DeviceArena, BumpAllocatesAlignedAndReportsOverflow) {
     EXPECT_NE(std::string(e.what()).find("too big"), std::string::npos);
   }
   EXPECT_THROW(arena.allocate_persistent(2 << 20, "weights"), Error);
+}
+
+// count * sizeof(T) must not wrap: 2^61 doubles is 2^64 bytes, which used to become a 0-byte "success", and a
+// negative count became a small buffer for float and larger.
+TEST(DeviceArena, RefusesElementCountsThatWrap) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceArena arena(1 << 20, 1 << 20);
+  const auto error = [](auto&& fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  const std::string wrapped = error([&] { (void)arena.step<double>(uint64_t{1} << 61, "mla.acc"); });
+  EXPECT_NE(wrapped.find("\"mla.acc\""), std::string::npos) << wrapped;
+  const int64_t negative = -3;
+  const std::string neg = error([&] { (void)arena.persistent<float>(static_cast<uint64_t>(negative), "kv cache"); });
+  EXPECT_NE(neg.find("\"kv cache\" asks for -3 elements"), std::string::npos) << neg;
+  EXPECT_EQ(arena.step_used(), 0u);
+  EXPECT_EQ(arena.persistent_used(), 0u);
+  EXPECT_NE(arena.persistent<float>(100, "fine"), nullptr);
+}
+
+// The plan's device gets the memory, whichever device is current, and the current device stays as it was
+// (also when the plan names a device that does not exist).
+TEST(DeviceArena, AllocatesOnThePlansDevice) {
+  KIMIRT_REQUIRE_GPU();
+  const int last = device_count() - 1;
+  const int current = current_device();
+  MemoryPlan plan;
+  plan.device = query_device(last);
+  plan.persistent_bytes = 1 << 20;
+  plan.step_bytes = 1 << 20;
+  {
+    DeviceArena arena(plan);
+    EXPECT_EQ(arena.device(), last);
+    EXPECT_EQ(current_device(), current);
+    cudaPointerAttributes attr{};
+    KIMIRT_CUDA_CHECK(cudaPointerGetAttributes(&attr, arena.allocate_persistent(256, "probe")));
+    EXPECT_EQ(attr.device, last);
+  }
+  EXPECT_EQ(current_device(), current);
+  plan.device.ordinal = last + 1;
+  EXPECT_THROW(DeviceArena{plan}, Error);
+  EXPECT_EQ(current_device(), current);
 }
 
 TEST(Device, QueryAndStreamsWork) {

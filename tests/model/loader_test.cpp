@@ -442,6 +442,22 @@ TEST_F(LoaderFault, CorruptedHeader) {
   EXPECT_THAT(load_error(dir), HasSubstr(shard));
 }
 
+// A target's own error (a failed device copy) cannot say what it was copying: the loader names the shard and
+// the tensor.
+TEST_F(LoaderFault, AFailingWriteNamesTheShardAndTensor) {
+  const Opened o = open(write("write", good_));
+  struct Failing : ParamStoreTarget {
+    void write(const StagedWrite&) override { fail("copy engine on fire"); }
+  } target;
+  const std::string error = error_of([&] { load_into(target, o.checkpoint, *o.schema, ParallelMapping{}, quiet()); });
+  EXPECT_THAT(error, HasSubstr("copy engine on fire"));
+  bool named = false;
+  for (const auto& [key, shard] : good_.shard_of)
+    named = named || error.find(shard + ": " + key + ": ") != std::string::npos;
+  EXPECT_TRUE(named) << error;
+  EXPECT_EQ(target.take().size(), 0u);
+}
+
 TEST_F(LoaderFault, MissingKey) {
   auto raw = good_;
   raw.tensors.erase(q_);

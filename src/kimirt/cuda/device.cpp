@@ -64,4 +64,47 @@ void require_supported(const DeviceInfo& info) {
                info.ordinal, info.name, info.cc_major, info.cc_minor);
 }
 
+namespace {
+
+void switch_to(int ordinal) {
+  const cudaError_t err = cudaSetDevice(ordinal);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("CUDA device {}: cannot make it current ({})", ordinal, cudaGetErrorString(err));
+  }
+}
+
+}  // namespace
+
+DeviceGuard::DeviceGuard(int ordinal) {
+  KIMIRT_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ == ordinal) return;
+  switch_to(ordinal);
+  switched_ = true;
+}
+
+DeviceGuard::DeviceGuard(int ordinal, std::nothrow_t) noexcept {
+  if (cudaGetDevice(&previous_) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (previous_ == ordinal) return;
+  switched_ = cudaSetDevice(ordinal) == cudaSuccess;
+  if (!switched_) (void)cudaGetLastError();
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (switched_) (void)cudaSetDevice(previous_);
+}
+
+int current_device() {
+  int ordinal = 0;
+  KIMIRT_CUDA_CHECK(cudaGetDevice(&ordinal));
+  return ordinal;
+}
+
+void set_current_device(int ordinal) {
+  if (current_device() != ordinal) switch_to(ordinal);
+}
+
 }  // namespace kimirt::cuda

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <new>
 #include <string>
 
 namespace kimirt::cuda {
@@ -34,5 +35,32 @@ std::string describe(const DeviceInfo& info);
 
 // The kernels are built for sm_90a; refuse other devices with a clear message.
 void require_supported(const DeviceInfo& info);
+
+// The current device is per thread: an object bound to one GPU, called from threads that may have another
+// current, must set it before every CUDA call it makes.
+//
+// DeviceGuard makes `ordinal` current for its lifetime, then restores the previous device. Restoring
+// initializes that device's context if the thread never used it (cudaSetDevice does since CUDA 12), so on
+// worker threads that only ever serve one device (the loader's I/O threads, which start on device 0) use
+// set_current_device instead: a process driving GPU 1 must not grow a context on GPU 0.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int ordinal);
+  // For destructors and abandon paths, which cannot throw: a failed switch is ignored (the calls that follow
+  // then fail and are ignored as well, which is all such a path can do).
+  DeviceGuard(int ordinal, std::nothrow_t) noexcept;
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+// The calling thread's current device.
+int current_device();
+// Makes `ordinal` the calling thread's current device and leaves it so (see DeviceGuard for when).
+void set_current_device(int ordinal);
 
 }  // namespace kimirt::cuda

@@ -19,16 +19,23 @@
 #include <vector>
 
 #include "kimirt/cuda/memory.h"
+#include "kimirt/cuda/stream.h"
 #include "kimirt/model/load_target.h"
 #include "kimirt/tensor/tensor.h"
 
 namespace kimirt::cuda {
 
-// Pinned, page-aligned host memory: staging buffers the GPU's copy engines can read directly.
+// Pinned, page-aligned host memory: staging buffers the GPU's copy engines can read directly. allocate()
+// runs on the loader's I/O threads and makes `device` current there first (as DeviceLoadTarget::write does),
+// so that pinning does not open a context on device 0.
 class PinnedStagingAllocator final : public io::StagingAllocator {
  public:
+  explicit PinnedStagingAllocator(int device = 0) : device_(device) {}
   void* allocate(uint64_t bytes) override;
   void deallocate(void* data, uint64_t bytes) noexcept override;
+
+ private:
+  int device_;
 };
 
 // One stored component of a parameter, on the device.
@@ -65,8 +72,9 @@ class DeviceParamStore {
 
 class DeviceLoadTarget final : public model::LoadTarget {
  public:
-  // Destinations are allocated from `arena`'s persistent region on the current device; `copy_streams`
-  // streams carry the copies (staging buffers are spread over them).
+  // Destinations are allocated from `arena`'s persistent region; `copy_streams` streams carry the copies
+  // (staging buffers are spread over them). Every CUDA call runs on the arena's device, whichever device the
+  // calling thread has current.
   explicit DeviceLoadTarget(DeviceArena& arena, int copy_streams = 2);
   ~DeviceLoadTarget() override;
   DeviceLoadTarget(const DeviceLoadTarget&) = delete;
@@ -75,6 +83,8 @@ class DeviceLoadTarget final : public model::LoadTarget {
   io::StagingAllocator* staging_allocator() override { return &pinned_; }
   bool writes_async() const override { return true; }
 
+  // Refuses to start while a finished load was not take()n: its memory is committed and the arena may hold
+  // later allocations above it, so the target cannot give it back.
   void begin(const model::LoadPlan& plan) override;
   // Thread-safe: the read engine calls it from several I/O threads at once.
   void write(const model::StagedWrite& w) override;
@@ -88,8 +98,9 @@ class DeviceLoadTarget final : public model::LoadTarget {
  private:
   struct State;
   DeviceArena& arena_;
-  PinnedStagingAllocator pinned_;
-  std::vector<cudaStream_t> streams_;
+  int device_ = 0;
+  PinnedStagingAllocator pinned_{device_};
+  std::vector<Stream> streams_;
   std::unique_ptr<State> state_;
   DeviceParamStore store_;
 };

@@ -78,7 +78,16 @@ MemoryBudget parse_memory_budget(std::string_view text, MemoryBudget base) {
   } else {
     fail("GPU memory budget \"{}\": unknown unit \"{}\" (use %, B, KiB, MiB, GiB or TiB)", text, unit);
   }
-  base.max_bytes = static_cast<uint64_t>(value * scale);
+  const double bytes = value * scale;
+  // Converting a double at or beyond 2^64 to uint64_t is undefined.
+  KIMIRT_CHECK(bytes < 18446744073709551616.0, "GPU memory budget \"{}\": {:g} bytes is not below 2^64", text, bytes);
+  // Below one byte the size would truncate to 0, which means "no limit": "0.9" (a fraction written without %)
+  // would hand out the whole GPU. No budget under 1 MiB can hold anything, so a size that small is a typo.
+  KIMIRT_CHECK(bytes >= kMiB,
+               "GPU memory budget \"{}\": {:g} bytes is less than 1 MiB (for a fraction of the GPU write a "
+               "percentage, e.g. \"90%\")",
+               text, bytes);
+  base.max_bytes = static_cast<uint64_t>(bytes);
   base.fraction = 1.0;
   return base;
 }
@@ -125,9 +134,15 @@ std::string memory_plan_text(const MemoryPlan& plan) {
       human(plan.workspace_bytes), human(plan.persistent_bytes - plan.workspace_bytes), human(plan.step_bytes));
 }
 
-DeviceArena::DeviceArena(const MemoryPlan& plan) { init(plan.persistent_bytes, plan.step_bytes); }
+DeviceArena::DeviceArena(const MemoryPlan& plan) : device_(plan.device.ordinal) {
+  // The plan was sized from this device's free memory; the caller's current device may be another one.
+  const DeviceGuard on_device(device_);
+  init(plan.persistent_bytes, plan.step_bytes);
+}
 
-DeviceArena::DeviceArena(uint64_t persistent_bytes, uint64_t step_bytes) { init(persistent_bytes, step_bytes); }
+DeviceArena::DeviceArena(uint64_t persistent_bytes, uint64_t step_bytes) : device_(current_device()) {
+  init(persistent_bytes, step_bytes);
+}
 
 void DeviceArena::init(uint64_t persistent_bytes, uint64_t step_bytes) {
   persistent_capacity_ = align_up(persistent_bytes, kArenaAlignment);
@@ -147,7 +162,18 @@ void DeviceArena::init(uint64_t persistent_bytes, uint64_t step_bytes) {
 }
 
 DeviceArena::~DeviceArena() {
-  if (base_) (void)cudaFree(base_);
+  if (!base_) return;
+  const DeviceGuard on_device(device_, std::nothrow);
+  (void)cudaFree(base_);
+}
+
+void DeviceArena::fail_count(uint64_t count, uint64_t element_bytes, std::string_view label) {
+  // A count with the top bit set is far more likely a negative int64 than a real request: show it as such.
+  if (count > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    fail("device arena: \"{}\" asks for {} elements of {} bytes (a negative count)", label, static_cast<int64_t>(count),
+         element_bytes);
+  }
+  fail("device arena: \"{}\" asks for {} elements of {} bytes, more than 2^63 bytes", label, count, element_bytes);
 }
 
 void* DeviceArena::allocate_persistent(uint64_t bytes, std::string_view label, uint64_t alignment) {

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,8 +57,8 @@ struct MemoryBudget {
   uint64_t workspace_bytes = 64ull << 20;  // cuBLASLt (64 MiB is what the FP8 block-scale GEMM wants)
 };
 
-// Parses a budget flag: "90%" (fraction of total memory) or a size "120GiB", "120G", "512MiB", "4096"
-// (bytes). Throws kimirt::Error naming the text.
+// Parses a budget flag: "90%" (fraction of total memory) or a size "120GiB", "120G", "512MiB", "4294967296"
+// (bytes). A size must be at least 1 MiB and below 2^64 bytes. Throws kimirt::Error naming the text.
 MemoryBudget parse_memory_budget(std::string_view text, MemoryBudget base = {});
 
 struct MemoryPlan {
@@ -77,9 +78,9 @@ std::string memory_plan_text(const MemoryPlan& plan);
 
 class DeviceArena {
  public:
-  // Allocates plan.arena_bytes on the current device.
+  // Allocates plan.arena_bytes on plan.device (the current device is left as it was).
   explicit DeviceArena(const MemoryPlan& plan);
-  // A plain arena of the given sizes (tests, benchmarks).
+  // A plain arena of the given sizes on the current device (tests, benchmarks).
   DeviceArena(uint64_t persistent_bytes, uint64_t step_bytes);
   ~DeviceArena();
   DeviceArena(const DeviceArena&) = delete;
@@ -89,7 +90,7 @@ class DeviceArena {
   void* allocate_persistent(uint64_t bytes, std::string_view label, uint64_t alignment = kArenaAlignment);
   template <typename T>
   T* persistent(uint64_t count, std::string_view label) {
-    return static_cast<T*>(allocate_persistent(count * sizeof(T), label));
+    return static_cast<T*>(allocate_persistent(array_bytes(count, sizeof(T), label), label));
   }
   void reset_persistent();
   // Persistent allocations made after persistent_mark() are dropped by rewind_persistent(mark): an
@@ -101,12 +102,13 @@ class DeviceArena {
   void* allocate_step(uint64_t bytes, std::string_view label, uint64_t alignment = kArenaAlignment);
   template <typename T>
   T* step(uint64_t count, std::string_view label) {
-    return static_cast<T*>(allocate_step(count * sizeof(T), label));
+    return static_cast<T*>(allocate_step(array_bytes(count, sizeof(T), label), label));
   }
   uint64_t mark() const { return step_used_; }
   void rewind(uint64_t mark);
   void reset_step() { step_used_ = 0; }
 
+  int device() const { return device_; }  // the ordinal the memory is on
   uint64_t persistent_capacity() const { return persistent_capacity_; }
   uint64_t persistent_used() const { return persistent_used_; }
   uint64_t step_capacity() const { return step_capacity_; }
@@ -124,7 +126,17 @@ class DeviceArena {
     uint64_t bytes;
   };
   void init(uint64_t persistent_bytes, uint64_t step_bytes);
+  // count * element_bytes. A negative count (converted to uint64_t) or a huge one would wrap to a small
+  // size, and the caller would overrun the buffer it got; no arena holds 2^63 bytes, so larger is refused.
+  static uint64_t array_bytes(uint64_t count, uint64_t element_bytes, std::string_view label) {
+    if (count > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / element_bytes) {
+      fail_count(count, element_bytes, label);
+    }
+    return count * element_bytes;
+  }
+  [[noreturn]] static void fail_count(uint64_t count, uint64_t element_bytes, std::string_view label);
 
+  int device_ = 0;
   uint8_t* base_ = nullptr;
   uint64_t persistent_capacity_ = 0;
   uint64_t persistent_used_ = 0;

@@ -22,10 +22,7 @@ namespace {
 class PlanExecutor final : public io::ReadSink {
  public:
   PlanExecutor(const LoadPlan& plan, LoadTarget& target, ExpertStream& experts)
-      : plan_(plan),
-        target_(target),
-        experts_(experts),
-        written_(new std::atomic<uint64_t>[plan.dests().size()]) {
+      : plan_(plan), target_(target), experts_(experts), written_(new std::atomic<uint64_t>[plan.dests().size()]) {
     for (size_t d = 0; d < plan.dests().size(); ++d) written_[d].store(0);
     // Created up front, so that the I/O threads only look entries up (no insertion races).
     for (size_t r = 0; r < plan.reads().size(); ++r) {
@@ -74,12 +71,13 @@ class PlanExecutor final : public io::ReadSink {
     for (const CopyBlock& b : read.blocks) {
       if (b.src_offset >= end) break;  // blocks are sorted by src_offset
       if (b.src_end() <= a) continue;
-      emit(b, data, a, end, slot);
+      emit(read, b, data, a, end, slot);
     }
   }
 
-  // The part of block `b` inside read bytes [a, end), which are at `data`.
-  void emit(const CopyBlock& b, const uint8_t* data, uint64_t a, uint64_t end, int staging_slot) {
+  // The part of block `b` of `read` inside read bytes [a, end), which are at `data`.
+  void emit(const PlannedRead& read, const CopyBlock& b, const uint8_t* data, uint64_t a, uint64_t end,
+            int staging_slot) {
     const int32_t slot = plan_.params()[plan_.dests()[b.dest].param].slot;
     if (slot >= 0) experts_.arriving(slot);
     const uint64_t pitch = b.src_pitch;
@@ -105,7 +103,8 @@ class PlanExecutor final : public io::ReadSink {
       w.width = hi - lo;
       w.rows = rows;
       w.staging_slot = staging_slot;
-      target_.write(w);
+      // The target (a failed device copy, say) does not know which tensor it was moving.
+      with_context(fmt::format("{}: {}", read.shard->path().filename().string(), read.key), [&] { target_.write(w); });
       bytes += w.width * rows;
       i += rows;
     }
