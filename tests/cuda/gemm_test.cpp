@@ -541,6 +541,36 @@ TEST(Gemm, Fp8BlockScaleAgainstDequantizedReference) {
   }
 }
 
+// Groups whose largest magnitude is so small that 1/scale overflows (below about 1.3e-36: bf16 holds such
+// values, normal and subnormal) quantize as the host does, v / scale, instead of to NaN codes; a zero group
+// keeps scale 1.
+TEST(Gemm, Fp8ActQuantizerTinyGroups) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t m = 3, k = 384;
+  std::vector<float> x = test::random_vec(m * k, 71, -1, 1);
+  for (int64_t j = 0; j < 128; ++j) {
+    x[j] *= 1e-37f;         // row 0, group 0: normal bf16 values, amax/448 below 2^-126
+    x[128 + j] *= 1e-39f;   // row 0, group 1: subnormal
+    x[k + 256 + j] = 0.0f;  // row 1, group 2: zeros
+  }
+  std::vector<uint16_t> x16 = test::to_bf16(x);  // rounds x in place: the host sees the device's inputs
+  const int64_t mp = fp8_pad_m(m);
+  DeviceBuffer dx = upload(x16), xq = test::poisoned(mp * k), xs = test::poisoned(fp8_x_scale_count(m, k) * 4);
+  quantize_fp8_act(nullptr, dx.as<__nv_bfloat16>(), k, m, k, xq.as<uint8_t>(), xs.as<float>());
+  const auto q = download<uint8_t>(xq.data(), mp * k);
+  const auto sc = download<float>(xs.data(), fp8_x_scale_count(m, k));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t g = 0; g < k / 128; ++g) {
+      float amax = 0;
+      for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(x[i * k + g * 128 + j]));
+      const float s = amax > 0 ? amax / 448.0f : 1.0f;
+      ASSERT_EQ(sc[g * mp + i], s) << "scale of row " << i << " group " << g;
+      for (int j = 0; j < 128; ++j)
+        ASSERT_EQ(q[i * k + g * 128 + j], f32_to_e4m3(x[i * k + g * 128 + j] / s, Overflow::kSaturate))
+            << "code of row " << i << " column " << g * 128 + j;
+    }
+}
+
 // Our kernel (fp8_block_gemm.h) on the same operands, alone and in clusters of two (activation tiles
 // multicast), one or two K blocks in flight: bf16 output over fp32 accumulation → ≤ 4e-3 against the
 // dequantized product in norm, and every checked output within one bf16 step (bad_outputs); on every

@@ -15,9 +15,12 @@ __device__ __forceinline__ uint8_t e4m3(float f) {
 }
 
 // a / b correctly rounded, from r = RN(1 / b): one FMA-refined product (Markstein) instead of the division
-// sequence per value. Exact for the quotients here (|a / b| <= 448, no underflow or overflow), so the codes
-// equal those of v / scale on the host bit for bit.
+// sequence per value. Exact for the quotients here (|a / b| <= 448) while r is finite and not 0, so the codes
+// equal those of v / scale on the host bit for bit. A group whose largest magnitude is below about 1.3e-36
+// (bf16 holds such values) has r = inf, an infinite one r = 0: both would turn every code into NaN, so they
+// divide (the branch is the same for the whole group).
 __device__ __forceinline__ float div_by(float a, float b, float r) {
+  if (!(r > 0.0f && r < INFINITY)) return a / b;
   const float q = a * r;
   return fmaf(fmaf(-q, b, a), r, q);
 }

@@ -122,6 +122,8 @@ void router_topk(cudaStream_t stream, const float* logits, int64_t ld, const flo
                       "router_topk: num_experts_per_token ", p.top_k, " must be in [1, min(", kRouterMaxTopK,
                       ", num_experts ", p.num_experts, ")]");
   KIMIRT_CUDA_REQUIRE(ld >= p.num_experts, "router_topk: logits row stride ", ld, " < num_experts ", p.num_experts);
+  KIMIRT_CUDA_REQUIRE(p.scale > 0.0f && p.scale < 1e30f, "router_topk: routed_scaling_factor ", p.scale,
+                      " must be finite and positive");
   KIMIRT_CUDA_REQUIRE(tokens >= 0, "router_topk: token count ", tokens);
   if (tokens == 0) return;
   KIMIRT_CUDA_REQUIRE(logits && ids && weights, "router_topk: null pointer");
