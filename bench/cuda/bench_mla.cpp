@@ -54,6 +54,36 @@ struct PagedCache {
   bf16* cache(int i = 0) const { return caches[i % caches.size()].as<bf16>(); }
 };
 
+constexpr int64_t kHidden = 7168;
+
+// One MLA layer's weights at K3 dims (TP = 1), random, for the layer-step benchmarks.
+struct K3LayerWeights {
+  std::vector<DeviceBuffer> bufs;
+  DeviceBuffer w_uk_t;
+  MlaLayerWeights w;
+  int heads;
+  K3LayerWeights(cudaStream_t s, int heads_) : heads(heads_) {
+    const auto make = [&](int64_t rows, int64_t cols, uint64_t seed) {
+      bufs.emplace_back(rows * cols * 2);
+      fill_uniform(bufs.back().as<bf16>(), rows * cols, -0.02f, 0.02f, seed, s);
+      return bufs.back().as<bf16>();
+    };
+    bufs.reserve(8);
+    w.q_a_proj = make(1536, kHidden, 1), w.q_a_norm = make(1, 1536, 2), w.q_b_proj = make(heads * 192, 1536, 3);
+    w.kv_a_proj = make(576, kHidden, 4), w.kv_a_norm = make(1, 512, 5), w.kv_b_proj = make(heads * 256, 512, 6);
+    w.g_proj = make(heads * 128, kHidden, 7), w.o_proj = make(kHidden, heads * 128, 8);
+    w_uk_t = DeviceBuffer(static_cast<int64_t>(heads) * 512 * 128 * 2);
+    mla_transpose_uk(s, w.kv_b_proj, heads, w_uk_t.as<bf16>());
+    w.w_uk_t = w_uk_t.as<bf16>();
+  }
+  // The projections' bytes (q_a, q_b, kv_a, kv_b, gate, o_proj).
+  double bytes() const {
+    return (1536.0 * kHidden + heads * 192.0 * 1536 + 576.0 * kHidden + heads * 256.0 * 512 +
+            heads * 128.0 * kHidden * 2) *
+           2;
+  }
+};
+
 struct DecodeCase {
   int batch, seq, heads;
 };
@@ -152,25 +182,53 @@ void mla_suite(Context& ctx) {
   prefill(4096, 4096);
   prefill(4096, 32768);
 
+  // One layer prefill step at K3 dims: a 4096-token chunk after 28672 cached tokens, all projections, the
+  // context's keys expanded at once (as many as fit) or in passes of 16384 / 8192 keys merged by their
+  // log-sum-exp (mla_prefill_step's max_expanded_keys: the step's memory bounded at long contexts).
+  if (ctx.wants("layer prefill step")) {
+    const int64_t tq = 4096, tk = 32768;
+    const K3LayerWeights k3(ctx.stream, heads);
+    const MlaLayerDims dims{kHidden, heads, 1536, true, 1e-6f};
+    PagedCache pc(ctx.stream, 1, static_cast<int>(tk));
+    DeviceBuffer x(tq * kHidden * 2), out(tq * kHidden * 2), slots(tq * 4), cu_q(8), cu_k(8);
+    fill_uniform(x.as<bf16>(), tq * kHidden, -1, 1, 9, ctx.stream);
+    std::vector<int32_t> s_h(tq);
+    std::iota(s_h.begin(), s_h.end(), static_cast<int32_t>(tk - tq));  // the chunk rewrites the last rows
+    KIMIRT_CUDA_CHECK(cudaMemcpy(slots.data(), s_h.data(), tq * 4, cudaMemcpyHostToDevice));
+    const int32_t cu_q_h[2] = {0, static_cast<int32_t>(tq)}, cu_k_h[2] = {0, static_cast<int32_t>(tk)};
+    KIMIRT_CUDA_CHECK(cudaMemcpy(cu_q.data(), cu_q_h, 8, cudaMemcpyHostToDevice));
+    KIMIRT_CUDA_CHECK(cudaMemcpy(cu_k.data(), cu_k_h, 8, cudaMemcpyHostToDevice));
+    DeviceBuffer ws(64 << 20), sws(16 << 20);
+    GemmLt lt(ws.data(), ws.size());
+    Linear linear(lt, sws.data(), sws.size(), ctx.device.sm_count);
+    const MlaCacheView view{pc.cache(), kPage, pc.table.as<int32_t>(), pc.pages_per_seq};
+    const double pairs = static_cast<double>(tq) * (tk - tq) + tq * (tq + 1) / 2.0;
+    const double flops = 2.0 * tq * kHidden * (1536 + 576 + heads * 128.0 * 2) + 2.0 * tq * 1536 * heads * 192 +
+                         2.0 * tk * 512 * heads * 256 + 2.0 * heads * (192 + 128) * pairs;
+    for (const int64_t keys : {int64_t{0}, int64_t{16384}, int64_t{8192}}) {
+      const std::string name =
+          fmt::format("layer prefill step {} tokens after {} cached heads={}{}", tq, tk - tq, heads,
+                      keys ? fmt::format(", passes of {} keys", keys) : std::string(", one pass"));
+      if (!ctx.wants(name)) continue;
+      DeviceArena arena(0, 3ull << 30);  // its own, so that the high-water mark is this variant's
+      const double us = time_us(
+          ctx,
+          [&] {
+            mla_prefill_step(linear, arena, ctx.stream, dims, k3.w, view, x.as<bf16>(), tq, 1, cu_q.as<int32_t>(),
+                             cu_k.as<int32_t>(), tk, static_cast<int>(tq), static_cast<int>(tk), slots.as<int32_t>(),
+                             out.as<bf16>(), false, keys);
+          },
+          1, 5, 1);
+      ctx.add({"mla", name, us, k3.bytes() + tk * kMlaRow * 2.0, flops,
+               fmt::format("step region high water {:.2f} GB", arena.step_high_water() / 1e9)});
+    }
+  }
+
   // One layer decode step, batch 1, context 32k, all projections (K3 weights, TP = 1).
   if (ctx.wants("layer decode step B=1 ctx=32k")) {
-    const int64_t H = 7168, ctx_len = 32768;
-    struct W {
-      DeviceBuffer buf;
-      W(cudaStream_t s, int64_t rows, int64_t cols, uint64_t seed) : buf(rows * cols * 2) {
-        fill_uniform(buf.as<bf16>(), rows * cols, -0.02f, 0.02f, seed, s);
-      }
-      const bf16* p() const { return buf.as<bf16>(); }
-    };
-    W q_a(ctx.stream, 1536, H, 1), q_a_n(ctx.stream, 1, 1536, 2), q_b(ctx.stream, heads * 192, 1536, 3),
-        kv_a(ctx.stream, 576, H, 4), kv_a_n(ctx.stream, 1, 512, 5), kv_b(ctx.stream, heads * 256, 512, 6),
-        g(ctx.stream, heads * 128, H, 7), o(ctx.stream, H, heads * 128, 8);
-    MlaLayerWeights w;
-    w.q_a_proj = q_a.p(), w.q_a_norm = q_a_n.p(), w.q_b_proj = q_b.p(), w.kv_a_proj = kv_a.p();
-    w.kv_a_norm = kv_a_n.p(), w.kv_b_proj = kv_b.p(), w.g_proj = g.p(), w.o_proj = o.p();
-    DeviceBuffer w_uk_t(static_cast<int64_t>(heads) * 512 * 128 * 2);
-    mla_transpose_uk(ctx.stream, kv_b.p(), heads, w_uk_t.as<bf16>());
-    w.w_uk_t = w_uk_t.as<bf16>();
+    const int64_t H = kHidden, ctx_len = 32768;
+    const K3LayerWeights k3(ctx.stream, heads);
+    const MlaLayerWeights& w = k3.w;
     const MlaLayerDims dims{H, heads, 1536, true, 1e-6f};
     PagedCache pc(ctx.stream, 1, ctx_len);
     DeviceBuffer x(H * 2), out(H * 2), slot(4);
@@ -182,8 +240,7 @@ void mla_suite(Context& ctx) {
     GemmLt lt(ws.data(), ws.size());
     Linear linear(lt, sws.data(), sws.size(), ctx.device.sm_count);
     const MlaCacheView view{pc.cache(), kPage, pc.table.as<int32_t>(), pc.pages_per_seq};
-    const double weights =
-        (1536.0 * H + heads * 192.0 * 1536 + 576.0 * H + heads * 256.0 * 512 + heads * 128.0 * H * 2) * 2;
+    const double weights = k3.bytes();
     const double cache = ctx_len * kMlaRow * 2.0;
     const double roof_us = (weights + cache) / (kCopyTBps * 1e12) * 1e6;
     // The latent and gate branches on a second stream (their own Linear) at a lower priority than the step's

@@ -3,6 +3,8 @@
 // path rounds to bf16 after every projection (q_lat, q, q_abs, ō, o, gate), so the bound is 2e-2.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "kimirt/base/error.h"
 #include "kimirt/cpu/mla.h"
 #include "kimirt/cuda/gemm_dispatch.h"
@@ -131,12 +133,15 @@ TEST(MlaLayer, DecodeStepMatchesCpuAbsorbedPath) {
   EXPECT_EQ(arena.step_used(), 0u) << "scratch released";
 }
 
+// One pass over the whole context, and passes over slices of the cached context merged by their lse
+// (max_expanded_keys): 59 keys per pass give slices of 19 rows per sequence (eight passes over 150 cached rows,
+// some empty for the shorter sequences, none for the one without cached rows), 200 give slices of 66.
 TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
   KIMIRT_REQUIRE_GPU();
   MlaSetup s;
-  const std::vector<int> cached = {40, 0}, fresh = {30, 20};
-  const int batch = 2;
-  Cache cache(batch, 2, 21);
+  const std::vector<int> cached = {150, 0, 70}, fresh = {30, 20, 9};
+  const int batch = 3;
+  Cache cache(batch, 4, 21);
   std::vector<int32_t> cu_q = {0}, cu_k = {0}, slots;
   for (int b = 0; b < batch; ++b) {
     cu_q.push_back(cu_q.back() + fresh[b]);
@@ -150,19 +155,35 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
   DeviceBuffer ws(32 << 20), sws(8 << 20);
   GemmLt lt(ws.data(), ws.size());
   Linear linear(lt, sws.data(), sws.size(), query_device(0).sm_count);
-  DeviceBuffer out = test::poisoned(tokens * s.hidden * 2);
-  mla_prefill_step(linear, arena, nullptr, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(), tokens, batch,
-                   dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 30, 70, ds.as<int32_t>(),
-                   out.as<__nv_bfloat16>());
-  const auto got = test::from_bf16(download<uint16_t>(out.data(), tokens * s.hidden));
+  std::vector<std::vector<float>> refs;
   for (int b = 0; b < batch; ++b) {
     std::vector<float> ref(fresh[b] * s.hidden), new_latent(fresh[b] * 576);
     cpu::mla_forward(s.cdims(), s.cweights(), x.data() + cu_q[b] * s.hidden, fresh[b],
                      cached[b] ? cache.rows(b) : nullptr, cached[b], ref.data(), new_latent.data(),
                      cpu::MlaPath::kExpanded);
-    std::vector<float> g(got.begin() + cu_q[b] * s.hidden, got.begin() + cu_q[b + 1] * s.hidden);
-    EXPECT_LE(test::rel_err(g, ref), 2e-2) << "sequence " << b;
+    refs.push_back(ref);
   }
+  // Every call appends the same rows to the same slots, so the cache the next one reads is the same.
+  for (const int64_t max_keys : {int64_t{0}, int64_t{59}, int64_t{200}}) {
+    SCOPED_TRACE("max_expanded_keys " + std::to_string(max_keys));
+    DeviceBuffer out = test::poisoned(tokens * s.hidden * 2);
+    mla_prefill_step(linear, arena, nullptr, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(), tokens,
+                     batch, dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 30, 180, ds.as<int32_t>(),
+                     out.as<__nv_bfloat16>(), false, max_keys);
+    const auto got = test::from_bf16(download<uint16_t>(out.data(), tokens * s.hidden));
+    for (int b = 0; b < batch; ++b) {
+      std::vector<float> g(got.begin() + cu_q[b] * s.hidden, got.begin() + cu_q[b + 1] * s.hidden);
+      EXPECT_LE(test::rel_err(g, refs[b]), 2e-2) << "sequence " << b;
+    }
+    EXPECT_EQ(arena.step_used(), 0u) << "scratch released";
+  }
+  // Fewer keys per pass than the chunk has tokens: its own keys cannot be expanded at once.
+  DeviceBuffer out(tokens * s.hidden * 2);
+  EXPECT_THROW(mla_prefill_step(linear, arena, nullptr, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(),
+                                tokens, batch, dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 30, 180,
+                                ds.as<int32_t>(), out.as<__nv_bfloat16>(), false, 58),
+               kimirt::Error);
+  EXPECT_EQ(arena.step_used(), 0u) << "refused before any scratch was taken";
 }
 
 // The decode step is meant to be captured in a CUDA graph: no allocation or synchronization inside, every

@@ -28,10 +28,13 @@ double sigm(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 // queries holds NaN keys and values: rows no other sequence may let into its sums. separate_kv: k_nope and v
 // in buffers of their own ([tokens, heads, 128], head stride 128) instead of interleaved per head (256).
 // scale: the softmax scale (0: 192^-½); max_q_slack: max_q passed that much above the largest Tq_b (a bound).
+// causal = false: every query sees all tk[b] keys (then tk[b] may be below tq[b], or 0: rows of zeros).
 // Bounds: 1e-2 relative over each sequence's rows, 3e-2 for any one (query, head) row, so that an error
-// confined to a few rows (a dropped key, one query tile) is not averaged away by the others.
+// confined to a few rows (a dropped key, one query tile) is not averaged away by the others; each row's lse
+// (log2 domain) within 2e-2 + 1e-3·|lse|, -inf where the row sees no key.
 void check_prefill(const std::vector<int32_t>& tq, const std::vector<int32_t>& tk, int heads, bool with_gate,
-                   uint32_t seed, bool separate_kv = false, float scale = 0.0f, int max_q_slack = 0) {
+                   uint32_t seed, bool separate_kv = false, float scale = 0.0f, int max_q_slack = 0,
+                   bool causal = true) {
   std::vector<int32_t> cu_q = {0}, cu_k = {0};
   for (size_t b = 0; b < tq.size(); ++b) cu_q.push_back(cu_q.back() + tq[b]), cu_k.push_back(cu_k.back() + tk[b]);
   const int64_t nq = cu_q.back(), nk = cu_k.back();
@@ -51,13 +54,14 @@ void check_prefill(const std::vector<int32_t>& tq, const std::vector<int32_t>& t
   DeviceBuffer dq = upload(test::to_bf16(q)), dkv = upload(kv16), dkn = upload(kn16), dv = upload(v16),
                dlat = upload(test::to_bf16(lat)), dg = upload(test::to_bf16(gate)), dcq = upload(cu_q),
                dck = upload(cu_k);
-  std::vector<float> ref(nq * heads * 128);
+  std::vector<float> ref(nq * heads * 128, 0.0f), ref_lse(nq * heads, -INFINITY);
   const double sm_scale = scale > 0.0f ? scale : 1.0 / std::sqrt(192.0);
   for (size_t b = 0; b < tq.size(); ++b)
     for (int i = 0; i < tq[b]; ++i)
       for (int h = 0; h < heads; ++h) {
         const int64_t qi = cu_q[b] + i;
-        const int pos = tk[b] - tq[b] + i;
+        const int pos = causal ? tk[b] - tq[b] + i : tk[b] - 1;  // the last key the query sees
+        if (pos < 0) continue;
         std::vector<double> s(pos + 1);
         double mx = -1e300;
         for (int j = 0; j <= pos; ++j) {
@@ -70,6 +74,7 @@ void check_prefill(const std::vector<int32_t>& tq, const std::vector<int32_t>& t
         }
         double den = 0;
         for (auto& v : s) den += (v = std::exp(v - mx));
+        ref_lse[qi * heads + h] = float((mx + std::log(den)) / std::log(2.0));
         for (int d = 0; d < 128; ++d) {
           double o = 0;
           for (int j = 0; j <= pos; ++j) o += s[j] * kv[((cu_k[b] + j) * heads + h) * 256 + 128 + d];
@@ -78,7 +83,7 @@ void check_prefill(const std::vector<int32_t>& tq, const std::vector<int32_t>& t
         }
       }
   for (MlaPrefillKernel kernel : {MlaPrefillKernel::kMma, MlaPrefillKernel::kWgmma}) {
-    DeviceBuffer out = test::poisoned(nq * heads * 128 * 2);
+    DeviceBuffer out = test::poisoned(nq * heads * 128 * 2), lse = test::poisoned(nq * heads * 4);
     MlaPrefillArgs a;
     a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 192;
     if (separate_kv) {
@@ -94,8 +99,10 @@ void check_prefill(const std::vector<int32_t>& tq, const std::vector<int32_t>& t
     a.cu_q = dcq.as<int32_t>(), a.cu_k = dck.as<int32_t>(), a.total_q = nq, a.total_k = nk;
     a.batch = static_cast<int>(tq.size()), a.heads = heads;
     a.max_q = *std::max_element(tq.begin(), tq.end()) + max_q_slack, a.scale = scale;
+    a.causal = causal, a.lse = lse.as<float>(), a.ld_lse = heads;
     mla_prefill(nullptr, a, kernel);
     const std::vector<float> got = dl_bf16(out, nq * heads * 128);
+    const std::vector<float> got_lse = download<float>(lse.data(), nq * heads);
     const auto rows = [&](int64_t first, int64_t count) {
       const auto at = [&](const std::vector<float>& v) {
         return std::vector<float>(v.begin() + first * 128, v.begin() + (first + count) * 128);
@@ -106,6 +113,17 @@ void check_prefill(const std::vector<int32_t>& tq, const std::vector<int32_t>& t
       const std::string what = cat(mla_prefill_kernel_name(kernel), " heads ", heads, " gate ", with_gate,
                                    " separate k/v ", separate_kv, " sequence ", b);
       if (tq[b] == 0) continue;
+      int lse_misses = 0;
+      for (int64_t r = int64_t{cu_q[b]} * heads; r < int64_t{cu_q[b + 1]} * heads; ++r) {
+        const float want = ref_lse[r], have = got_lse[r];
+        const bool ok = std::isinf(want) ? have == want : std::fabs(have - want) <= 2e-2 + 1e-3 * std::fabs(want);
+        if (!ok && lse_misses++ < 3) ADD_FAILURE() << what << " lse of row " << r << ": " << have << ", want " << want;
+      }
+      if (!causal && tk[b] == 0) {
+        for (int64_t r = int64_t{cu_q[b]} * heads * 128; r < int64_t{cu_q[b + 1]} * heads * 128; ++r)
+          ASSERT_EQ(got[r], 0.0f) << what << ": a row without keys is 0";
+        continue;
+      }
       EXPECT_LE(rows(int64_t{cu_q[b]} * heads, int64_t{tq[b]} * heads), 1e-2) << what;
       double worst = 0.0;
       int64_t worst_row = 0;
@@ -132,6 +150,85 @@ TEST(MlaPrefill, LongChunksAcrossQueryTiles) {
   const std::vector<int32_t> tq = {300, 200, 150, 129, 0}, tk = {300, 520, 187, 129, 64};
   check_prefill(tq, tk, 12, true, 11);
   check_prefill(tq, tk, 16, false, 21, true, 0.05f, 100);
+}
+
+// A chunked-context prefill pass: every query sees all of its sequence's keys, fewer keys than queries, no
+// key at all (zeros, lse -inf), several key tiles; a last sequence of NaN rows next to them.
+TEST(MlaPrefill, NonCausalPassesWithLse) {
+  KIMIRT_REQUIRE_GPU();
+  const std::vector<int32_t> tq = {40, 130, 7, 5, 0}, tk = {200, 70, 0, 64, 64};
+  check_prefill(tq, tk, 12, false, 41, false, 0.0f, 0, false);
+  check_prefill(tq, tk, 5, true, 51, true, 0.0f, 3, false);
+}
+
+// The merge of two passes against the attention over their keys at once: sequence 0's 150 keys split after
+// 90, sequence 1's 40 keys all in the second pass (its first is empty), sequence 2 without keys in either.
+TEST(MlaPrefill, MergedPassesEqualOnePass) {
+  KIMIRT_REQUIRE_GPU();
+  const int heads = 8;
+  const std::vector<int32_t> tq = {33, 20, 4};
+  const std::vector<std::vector<int32_t>> tk = {{90, 0, 0}, {60, 40, 0}};  // per pass
+  std::vector<int32_t> cu_q = {0};
+  for (int32_t n : tq) cu_q.push_back(cu_q.back() + n);
+  const int64_t nq = cu_q.back();
+  std::vector<float> q = test::random_vec(nq * heads * 192, 61, -2, 2),
+                     g = test::random_vec(nq * heads * 128, 62, -3, 3);
+  DeviceBuffer dq = upload(test::to_bf16(q)), dg = upload(test::to_bf16(g)), dcq = upload(cu_q);
+  // Keys of sequence b, all passes: rows 0-89 of sequence 0 in pass 0, 90-149 in pass 1.
+  std::vector<int32_t> all_k = {150, 40, 0}, cu_all = {0};
+  for (int32_t n : all_k) cu_all.push_back(cu_all.back() + n);
+  std::vector<float> kv = test::random_vec(cu_all.back() * heads * 256, 63, -2, 2),
+                     lat = test::random_vec(cu_all.back() * 576, 64, -2, 2);
+  std::vector<uint16_t> kv16 = test::to_bf16(kv), lat16 = test::to_bf16(lat);
+  const auto args = [&](const DeviceBuffer& dkv, const DeviceBuffer& dlat, const DeviceBuffer& dck, int64_t nk) {
+    MlaPrefillArgs a;
+    a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 192;
+    a.k_nope = dkv.as<__nv_bfloat16>(), a.ld_k_nope = heads * 256, a.hs_k_nope = 256;
+    a.v = dkv.as<__nv_bfloat16>() + 128, a.ld_v = heads * 256, a.hs_v = 256;
+    a.k_pe = dlat.as<__nv_bfloat16>() + 512, a.ld_k_pe = 576;
+    a.cu_q = dcq.as<int32_t>(), a.cu_k = dck.as<int32_t>(), a.total_q = nq, a.total_k = std::max<int64_t>(nk, 1);
+    a.batch = 3, a.heads = heads, a.max_q = 33, a.causal = false;
+    return a;
+  };
+  // One pass over everything, with the gate.
+  DeviceBuffer dkv = upload(kv16), dlat = upload(lat16), dck = upload(cu_all), whole = test::poisoned(nq * heads * 256);
+  MlaPrefillArgs a = args(dkv, dlat, dck, cu_all.back());
+  a.gate = dg.as<__nv_bfloat16>(), a.ld_gate = heads * 128, a.out = whole.as<__nv_bfloat16>(), a.ld_out = heads * 128;
+  mla_prefill(nullptr, a);
+  // Two passes: each its own key rows (copied out of the whole set), merged.
+  DeviceBuffer part = test::poisoned(nq * heads * 256), part_lse = test::poisoned(nq * heads * 4),
+               acc = test::poisoned(nq * heads * 512), acc_lse = test::poisoned(nq * heads * 4),
+               merged = test::poisoned(nq * heads * 256);
+  std::vector<DeviceBuffer> keep;
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<uint16_t> pkv, plat;
+    std::vector<int32_t> cu_p = {0};
+    for (int b = 0; b < 3; ++b) {
+      const int64_t first = cu_all[b] + (pass == 0 ? 0 : tk[0][b]);
+      pkv.insert(pkv.end(), kv16.begin() + first * heads * 256, kv16.begin() + (first + tk[pass][b]) * heads * 256);
+      plat.insert(plat.end(), lat16.begin() + first * 576, lat16.begin() + (first + tk[pass][b]) * 576);
+      cu_p.push_back(cu_p.back() + tk[pass][b]);
+    }
+    keep.push_back(upload(pkv)), keep.push_back(upload(plat)), keep.push_back(upload(cu_p));
+    MlaPrefillArgs p = args(keep[keep.size() - 3], keep[keep.size() - 2], keep.back(), cu_p.back());
+    p.out = part.as<__nv_bfloat16>(), p.ld_out = heads * 128, p.lse = part_lse.as<float>(), p.ld_lse = heads;
+    mla_prefill(nullptr, p);
+    MlaPrefillMergeArgs m;
+    m.tokens = nq, m.heads = heads;
+    m.part = part.as<__nv_bfloat16>(), m.ld_part = heads * 128, m.part_lse = part_lse.as<float>(),
+    m.ld_part_lse = heads;
+    m.acc = acc.as<float>(), m.acc_lse = acc_lse.as<float>();
+    m.gate = dg.as<__nv_bfloat16>(), m.ld_gate = heads * 128, m.out = merged.as<__nv_bfloat16>(),
+    m.ld_out = heads * 128;
+    mla_prefill_merge(nullptr, m, pass == 0 ? MlaMergeMode::kFirst : MlaMergeMode::kLast);
+  }
+  const std::vector<float> want = dl_bf16(whole, nq * heads * 128), got = dl_bf16(merged, nq * heads * 128);
+  const auto seq = [&](const std::vector<float>& v, int b) {
+    return std::vector<float>(v.begin() + cu_q[b] * heads * 128, v.begin() + cu_q[b + 1] * heads * 128);
+  };
+  for (int b = 0; b < 2; ++b) EXPECT_LE(test::rel_err(seq(got, b), seq(want, b)), 1e-2) << "sequence " << b;
+  for (float v : seq(got, 2)) ASSERT_EQ(v, 0.0f) << "sequence 2 sees no key";
+  EXPECT_THROW(mla_prefill_merge(nullptr, MlaPrefillMergeArgs{1, 8}, MlaMergeMode::kLast), kimirt::Error);
 }
 
 // What the tensor copies need that the mma.sync kernel did not: the host-side row totals, and column

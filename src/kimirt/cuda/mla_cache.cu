@@ -53,14 +53,15 @@ __global__ void kv_norm_append_kernel(const bf16* __restrict__ kv_a, int64_t ld_
 
 __global__ void gather_latent_kernel(const bf16* __restrict__ cache, int page_size,
                                      const int32_t* __restrict__ block_table, int64_t ld_block_table,
-                                     const int32_t* __restrict__ cu_out, bf16* __restrict__ out) {
+                                     const int32_t* __restrict__ cu_out, int first_row, bf16* __restrict__ out) {
   const int b = blockIdx.y;
   const int row = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   const int begin = cu_out[b];
   if (row >= cu_out[b + 1] - begin) return;
-  const int64_t page = block_table[static_cast<int64_t>(b) * ld_block_table + row / page_size];
-  const bf16* src = cache + (page * page_size + row % page_size) * kMlaRow;
+  const int pos = first_row + row;  // the row's position in its sequence
+  const int64_t page = block_table[static_cast<int64_t>(b) * ld_block_table + pos / page_size];
+  const bf16* src = cache + (page * page_size + pos % page_size) * kMlaRow;
   bf16* dst = out + static_cast<int64_t>(begin + row) * kMlaRow;
   for (int v = lane; v < kVecs; v += 32) detail::store16(dst + v * 8, detail::load16(src + v * 8));
 }
@@ -90,6 +91,29 @@ __global__ void transpose_uk_kernel(const bf16* __restrict__ kv_b, bf16* __restr
   __syncthreads();
   for (int i = threadIdx.y; i < 32; i += blockDim.y) {
     w_uk_t[(static_cast<int64_t>(h) * kMlaLatent + n0 + i) * 128 + k0 + threadIdx.x] = tile[threadIdx.x][i];
+  }
+}
+
+// One warp: per round 32 sequences' lengths, an inclusive warp scan, the running total carried by lane 31.
+__global__ void context_chunk_offsets_kernel(const int32_t* __restrict__ cu_q, const int32_t* __restrict__ cu_k,
+                                             int batch, int64_t first, int chunk, int32_t* __restrict__ cu_pass) {
+  const int lane = threadIdx.x;
+  int total = 0;
+  if (lane == 0) cu_pass[0] = 0;
+  for (int base = 0; base < batch; base += 32) {
+    const int b = base + lane;
+    int len = 0;
+    if (b < batch) {
+      const int64_t ctx = static_cast<int64_t>(cu_k[b + 1] - cu_k[b]) - (cu_q[b + 1] - cu_q[b]);
+      len = static_cast<int>(min(max(ctx - first, int64_t{0}), static_cast<int64_t>(chunk)));
+    }
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int v = __shfl_up_sync(0xffffffffu, len, d);
+      if (lane >= d) len += v;
+    }
+    if (b < batch) cu_pass[b + 1] = total + len;
+    total += __shfl_sync(0xffffffffu, len, 31);
   }
 }
 
@@ -123,9 +147,11 @@ void mla_kv_norm_append(cudaStream_t stream, const __nv_bfloat16* kv_a, int64_t 
 }
 
 void mla_gather_latent(cudaStream_t stream, const __nv_bfloat16* cache, int page_size, const int32_t* block_table,
-                       int64_t ld_block_table, const int32_t* cu_out, int batch, int max_len, __nv_bfloat16* out) {
-  KIMIRT_CUDA_REQUIRE(batch >= 0 && batch <= 65535 && max_len >= 0, "mla_gather_latent: batch ", batch, ", max_len ",
-                      max_len);
+                       int64_t ld_block_table, const int32_t* cu_out, int batch, int max_len, __nv_bfloat16* out,
+                       int first_row) {
+  KIMIRT_CUDA_REQUIRE(batch >= 0 && batch <= 65535 && max_len >= 0 && first_row >= 0 &&
+                          int64_t{first_row} + max_len < (int64_t{1} << 31),
+                      "mla_gather_latent: batch ", batch, ", max_len ", max_len, ", first_row ", first_row);
   if (batch == 0 || max_len == 0) return;
   KIMIRT_CUDA_REQUIRE(
       page_size > 0 && cache && block_table && cu_out && out && detail::aligned16(cache) && detail::aligned16(out),
@@ -133,7 +159,16 @@ void mla_gather_latent(cudaStream_t stream, const __nv_bfloat16* cache, int page
   const int rows_per_block = 8;
   const dim3 grid(static_cast<unsigned>((max_len + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(batch));
   gather_latent_kernel<<<grid, rows_per_block * 32, 0, stream>>>(cache, page_size, block_table, ld_block_table, cu_out,
-                                                                 out);
+                                                                 first_row, out);
+  KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+void mla_context_chunk_offsets(cudaStream_t stream, const int32_t* cu_q, const int32_t* cu_k, int batch, int pass,
+                               int chunk, int32_t* cu_pass) {
+  KIMIRT_CUDA_REQUIRE(batch >= 0 && pass >= 0 && chunk > 0 && cu_q && cu_k && cu_pass,
+                      "mla_context_chunk_offsets: batch ", batch, ", pass ", pass, ", chunk ", chunk,
+                      " or a null pointer");
+  context_chunk_offsets_kernel<<<1, 32, 0, stream>>>(cu_q, cu_k, batch, int64_t{pass} * chunk, chunk, cu_pass);
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 

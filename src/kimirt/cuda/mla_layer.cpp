@@ -1,6 +1,8 @@
 // MLA mixer composition (decode and prefill).
 #include "kimirt/cuda/mla_layer.h"
 
+#include <algorithm>
+
 #include "kimirt/base/error.h"
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/mla_cache.h"
@@ -156,21 +158,19 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
 void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& d,
                       const MlaLayerWeights& w, const MlaCacheView& cache, const bf16* x, int64_t tokens, int batch,
                       const int32_t* cu_q, const int32_t* cu_k, int64_t total_k, int max_q, int max_k,
-                      const int32_t* slots, bf16* out, bool accumulate) {
+                      const int32_t* slots, bf16* out, bool accumulate, int64_t max_expanded_keys) {
   check_dims(d, w);
+  KIMIRT_CHECK(max_expanded_keys >= 0, "MLA prefill: max_expanded_keys {} must not be negative", max_expanded_keys);
   if (tokens == 0) return;
+  KIMIRT_CHECK(max_expanded_keys == 0 || max_expanded_keys >= total_k ||
+                   (max_expanded_keys >= tokens && max_expanded_keys >= batch),
+               "MLA prefill: max_expanded_keys {} is below the chunk's {} tokens or its {} sequences (a pass expands "
+               "at least the chunk's own keys, and one cached row of each sequence)",
+               max_expanded_keys, tokens, batch);
   const uint64_t mark = arena.mark();
   bf16* q = project_q(linear, arena, stream, d, w, x, tokens);
   bf16* kv_a = arena.step<bf16>(tokens * kMlaRow, "mla.kv_a");
   linear(stream, x, w.kv_a_proj, kv_a, OutType::kBF16, tokens, kMlaRow, d.hidden);
-  mla_kv_norm_append(stream, kv_a, kMlaRow, w.kv_a_norm, d.latent_norm_eps, slots, tokens, cache.cache, nullptr, 0);
-  // The whole context of every sequence (cached rows + this chunk), expanded by kv_b.
-  bf16* latent = arena.step<bf16>(total_k * kMlaRow, "mla.context_latent");
-  mla_gather_latent(stream, cache.cache, cache.page_size, cache.block_table, cache.ld_block_table, cu_k, batch, max_k,
-                    latent);
-  bf16* kv = arena.step<bf16>(total_k * d.heads * kKvB, "mla.kv");
-  linear(stream, latent, kMlaRow, w.kv_b_proj, kMlaLatent, kv, OutType::kBF16, d.heads * kKvB, total_k, d.heads * kKvB,
-         kMlaLatent);
   bf16* g = nullptr;
   if (d.output_gate) {
     g = arena.step<bf16>(tokens * d.heads * kV, "mla.gate");
@@ -179,14 +179,94 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
   bf16* o = arena.step<bf16>(tokens * d.heads * kV, "mla.o");
   MlaPrefillArgs a;
   a.q = q, a.ld_q = d.heads * kQk;
-  a.k_nope = kv, a.ld_k_nope = d.heads * kKvB, a.hs_k_nope = kKvB;
-  a.k_pe = latent + kMlaLatent, a.ld_k_pe = kMlaRow;
-  a.v = kv + kNope, a.ld_v = d.heads * kKvB, a.hs_v = kKvB;
-  a.gate = g, a.ld_gate = d.heads * kV;
-  a.out = o, a.ld_out = d.heads * kV;
-  a.cu_q = cu_q, a.cu_k = cu_k, a.total_q = tokens, a.total_k = total_k, a.batch = batch,
+  a.ld_k_nope = d.heads * kKvB, a.hs_k_nope = kKvB;
+  a.ld_k_pe = kMlaRow;
+  a.ld_v = d.heads * kKvB, a.hs_v = kKvB;
+  a.cu_q = cu_q, a.total_q = tokens, a.batch = batch;
   a.heads = static_cast<int>(d.heads), a.max_q = max_q;
-  mla_prefill(stream, a);
+  // The keys are expanded by kv_b (K and V of every head: 96 heads take 48 KB per key), so a long context is
+  // taken in passes of at most max_expanded_keys keys (by default what the step region has room for), each
+  // merged into the result by its log-sum-exp: the step's memory stays bounded however long the context.
+  const int64_t key_bytes = (kMlaRow + d.heads * kKvB) * static_cast<int64_t>(sizeof(bf16));
+  // Keys whose latent rows and K and V fit in what the step region has left (less two buffers' alignment).
+  const auto keys_left = [&] {
+    const uint64_t left = arena.step_capacity() - arena.step_used();
+    return static_cast<int64_t>((left - std::min<uint64_t>(left, 2 * kArenaAlignment)) /
+                                static_cast<uint64_t>(key_bytes));
+  };
+  const auto expand = [&](const bf16* latent, int64_t rows, bf16* kv) {
+    linear(stream, latent, kMlaRow, w.kv_b_proj, kMlaLatent, kv, OutType::kBF16, d.heads * kKvB, rows, d.heads * kKvB,
+           kMlaLatent);
+    a.k_nope = kv, a.v = kv + kNope, a.k_pe = latent + kMlaLatent;
+  };
+
+  if (total_k <= (max_expanded_keys > 0 ? max_expanded_keys : keys_left())) {
+    // One pass over the whole context (the cached rows plus this chunk's, gathered from the cache).
+    mla_kv_norm_append(stream, kv_a, kMlaRow, w.kv_a_norm, d.latent_norm_eps, slots, tokens, cache.cache, nullptr, 0);
+    bf16* latent = arena.step<bf16>(total_k * kMlaRow, "mla.context_latent");
+    mla_gather_latent(stream, cache.cache, cache.page_size, cache.block_table, cache.ld_block_table, cu_k, batch, max_k,
+                      latent);
+    expand(latent, total_k, arena.step<bf16>(total_k * d.heads * kKvB, "mla.kv"));
+    a.gate = g, a.ld_gate = d.heads * kV;
+    a.out = o, a.ld_out = d.heads * kV;
+    a.cu_k = cu_k, a.total_k = total_k;
+    mla_prefill(stream, a);
+  } else {
+    // Passes: this chunk's own keys (causal), then the cached context in slices of `chunk` rows per
+    // sequence (every key precedes every query: not causal). Each pass writes its normalized rows and lse to
+    // part, merged into acc; the last merge applies the gate and writes o.
+    const int64_t heads_rows = tokens * d.heads;
+    bf16* part = arena.step<bf16>(heads_rows * kV, "mla.pass_out");
+    float* part_lse = arena.step<float>(heads_rows, "mla.pass_lse");
+    float* acc = arena.step<float>(heads_rows * kV, "mla.acc");
+    float* acc_lse = arena.step<float>(heads_rows, "mla.acc_lse");
+    int32_t* cu_pass = arena.step<int32_t>(batch + 1, "mla.pass_offsets");
+    const int64_t pass_keys = max_expanded_keys > 0 ? max_expanded_keys : keys_left();
+    KIMIRT_CHECK(pass_keys >= tokens && pass_keys >= batch,
+                 "MLA prefill: {} keys per pass (max_expanded_keys {}, or what the step region has room for) are "
+                 "fewer than the chunk's {} tokens or its {} sequences",
+                 pass_keys, max_expanded_keys, tokens, batch);
+    bf16* latent = arena.step<bf16>(pass_keys * kMlaRow, "mla.pass_latent");
+    bf16* kv = arena.step<bf16>(pass_keys * d.heads * kKvB, "mla.pass_kv");
+    MlaPrefillMergeArgs m;
+    m.tokens = tokens, m.heads = a.heads;
+    m.part = part, m.ld_part = d.heads * kV, m.part_lse = part_lse, m.ld_part_lse = d.heads;
+    m.acc = acc, m.acc_lse = acc_lse;
+    m.gate = g, m.ld_gate = d.heads * kV, m.out = o, m.ld_out = d.heads * kV;
+    a.out = part, a.ld_out = d.heads * kV, a.lse = part_lse, a.ld_lse = d.heads;
+
+    // The chunk's own rows, normalized by the append, are its keys: queries and keys share the offsets.
+    mla_kv_norm_append(stream, kv_a, kMlaRow, w.kv_a_norm, d.latent_norm_eps, slots, tokens, cache.cache, latent,
+                       kMlaRow);
+    expand(latent, tokens, kv);
+    a.cu_k = cu_q, a.total_k = tokens, a.causal = true;
+    mla_prefill(stream, a);
+    mla_prefill_merge(stream, m, MlaMergeMode::kFirst);
+
+    const int64_t chunk = std::min<int64_t>(pass_keys / batch, max_k);
+    const int64_t context = total_k - tokens;  // cached rows of all sequences
+    // A pass's rows are at most batch·chunk, and at most the context rows past pass·chunk of any sequence.
+    const auto pass_rows = [&](int64_t pass) {
+      return std::max<int64_t>(0, std::min(batch * chunk, context - pass * chunk));
+    };
+    int64_t passes = 0;
+    while (passes * chunk < max_k && pass_rows(passes) > 0) ++passes;
+    KIMIRT_CHECK(passes > 0,
+                 "MLA prefill: total_k {} exceeds the chunk's {} tokens, but no sequence has a cached row "
+                 "below max_k {}",
+                 total_k, tokens, max_k);
+    a.cu_k = cu_pass, a.causal = false;
+    for (int64_t p = 0; p < passes; ++p) {
+      const int64_t rows = pass_rows(p);
+      mla_context_chunk_offsets(stream, cu_q, cu_k, batch, static_cast<int>(p), static_cast<int>(chunk), cu_pass);
+      mla_gather_latent(stream, cache.cache, cache.page_size, cache.block_table, cache.ld_block_table, cu_pass, batch,
+                        static_cast<int>(chunk), latent, static_cast<int>(p * chunk));
+      expand(latent, rows, kv);
+      a.total_k = rows;
+      mla_prefill(stream, a);
+      mla_prefill_merge(stream, m, p + 1 == passes ? MlaMergeMode::kLast : MlaMergeMode::kAccumulate);
+    }
+  }
   o_proj(linear, stream, d, w, o, tokens, out, accumulate);
   arena.rewind(mark);
 }

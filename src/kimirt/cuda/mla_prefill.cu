@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(Params prm) {
   const int k_begin = a.cu_k[b], tk = a.cu_k[b + 1] - k_begin;
   const int m0 = blockIdx.x * kBM;
   if (m0 >= tq) return;
-  const int offset = tk - tq;  // position of query 0
+  const int offset = a.causal ? tk - tq : tk;  // position of query 0 (past every key when not causal)
   const int last_q = min(m0 + kBM, tq) - 1;
   const int n_keys = max(0, min(tk, offset + last_q + 1));  // 0 only with bad cu_k (fewer keys than queries)
   const int n_tiles = (n_keys + kBN - 1) / kBN;
@@ -191,10 +191,66 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(Params prm) {
   if (n_tiles == 0) detail::cp_async_wait<0>();
 
   mla_prefill_wgmma::store_rows(
-      a, [&](int j, int e) { return o[j][e]; }, l_run, head, q_begin, m0 + row_lo, tq, 2 * t);
+      a, [&](int j, int e) { return o[j][e]; }, l_run, m_run, head, q_begin, m0 + row_lo, tq, 2 * t);
 }
 
 bool stride_ok(int64_t s) { return s > 0 && s % 8 == 0; }
+
+// 16 threads per (token, head) row, 8 columns each. No thread returns early: the row's lse is read by all
+// 16 and rewritten by the first after a __syncwarp.
+template <MlaMergeMode kMode>
+__global__ void merge_kernel(const MlaPrefillMergeArgs m) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t row = idx / 16, rows = m.tokens * m.heads;
+  const int c = static_cast<int>(idx % 16) * 8;
+  const bool ok = row < rows;
+  const int64_t token = ok ? row / m.heads : 0;
+  const int head = ok ? static_cast<int>(row % m.heads) : 0;
+  float p[8] = {};
+  float lp = -INFINITY, la = -INFINITY;
+  if (ok) {
+    detail::unpack8(detail::load16(m.part + token * m.ld_part + head * kDv + c), p);
+    lp = m.part_lse[token * m.ld_part_lse + head];
+    if constexpr (kMode != MlaMergeMode::kFirst) la = m.acc_lse[row];
+  }
+  __syncwarp();
+  float* acc = m.acc + row * kDv + c;
+  if constexpr (kMode == MlaMergeMode::kFirst) {
+    if (!ok) return;
+    reinterpret_cast<float4*>(acc)[0] = make_float4(p[0], p[1], p[2], p[3]);
+    reinterpret_cast<float4*>(acc)[1] = make_float4(p[4], p[5], p[6], p[7]);
+    if (c == 0) m.acc_lse[row] = lp;
+  } else {
+    if (!ok) return;
+    const float mx = fmaxf(la, lp);
+    float wa = 0.0f, wp = 0.0f;
+    if (mx != -INFINITY) wa = exp2f(la - mx), wp = exp2f(lp - mx);
+    const float sum = wa + wp, inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    const float4 a0 = reinterpret_cast<const float4*>(acc)[0], a1 = reinterpret_cast<const float4*>(acc)[1];
+    const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    float o[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[i] = (wa * av[i] + wp * p[i]) * inv;
+    if constexpr (kMode == MlaMergeMode::kAccumulate) {
+      reinterpret_cast<float4*>(acc)[0] = make_float4(o[0], o[1], o[2], o[3]);
+      reinterpret_cast<float4*>(acc)[1] = make_float4(o[4], o[5], o[6], o[7]);
+      if (c == 0) m.acc_lse[row] = sum > 0.0f ? mx + log2f(sum) : -INFINITY;
+    } else {
+      if (m.gate) {
+        float g[8];
+        detail::unpack8(detail::load16(m.gate + token * m.ld_gate + head * kDv + c), g);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) o[i] *= detail::sigmoid(g[i]);
+      }
+      uint4 packed;
+      packed.x = detail::pack_bf16x2(o[0], o[1]);
+      packed.y = detail::pack_bf16x2(o[2], o[3]);
+      packed.z = detail::pack_bf16x2(o[4], o[5]);
+      packed.w = detail::pack_bf16x2(o[6], o[7]);
+      detail::store16(m.out + token * m.ld_out + head * kDv + c, packed);
+    }
+  }
+}
 
 }  // namespace
 
@@ -267,6 +323,8 @@ void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a, MlaPrefillKernel 
                           (a.heads - 1) * a.hs_v + kDv < k2g,
                       "mla_prefill: head strides hs_k_nope ", a.hs_k_nope, " and hs_v ", a.hs_v,
                       " must not be negative, and the last head's columns must end below 2^31");
+  KIMIRT_CUDA_REQUIRE(!a.lse || a.ld_lse >= a.heads, "mla_prefill: ld_lse ", a.ld_lse, " must be >= heads (", a.heads,
+                      ")");
   const float scale_log2 = (a.scale > 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(kDqk))) * kLog2e;
   if (kernel != MlaPrefillKernel::kMma) {
     launch_wgmma(stream, a, scale_log2);
@@ -277,6 +335,39 @@ void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a, MlaPrefillKernel 
   const dim3 grid(static_cast<unsigned>((a.max_q + kBM - 1) / kBM), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(a.batch));
   mla_prefill_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+  KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+void mla_prefill_merge(cudaStream_t stream, const MlaPrefillMergeArgs& m, MlaMergeMode mode) {
+  KIMIRT_CUDA_REQUIRE(m.tokens >= 0 && m.heads > 0, "mla_prefill_merge: tokens ", m.tokens, ", heads ", m.heads);
+  if (m.tokens == 0) return;
+  const int64_t width = int64_t{m.heads} * kDv;
+  const bool last = mode == MlaMergeMode::kLast;
+  KIMIRT_CUDA_REQUIRE(m.part && m.part_lse && m.acc && m.acc_lse && (!last || m.out),
+                      "mla_prefill_merge: part, part_lse, acc, acc_lse (and out for the last pass) must be set");
+  KIMIRT_CUDA_REQUIRE(stride_ok(m.ld_part) && m.ld_part >= width && m.ld_part_lse >= m.heads,
+                      "mla_prefill_merge: ld_part ", m.ld_part, " (a multiple of 8, >= heads*128) or ld_part_lse ",
+                      m.ld_part_lse, " (>= heads)");
+  KIMIRT_CUDA_REQUIRE(!last || (stride_ok(m.ld_out) && m.ld_out >= width), "mla_prefill_merge: ld_out ", m.ld_out,
+                      " must be a multiple of 8 and >= heads*128");
+  KIMIRT_CUDA_REQUIRE(!last || !m.gate || (stride_ok(m.ld_gate) && m.ld_gate >= width && detail::aligned16(m.gate)),
+                      "mla_prefill_merge: ld_gate ", m.ld_gate, " must be a multiple of 8 and >= heads*128");
+  KIMIRT_CUDA_REQUIRE(detail::aligned16(m.part) && detail::aligned16(m.acc) && (!last || detail::aligned16(m.out)),
+                      "mla_prefill_merge: part, acc and out must be 16-byte aligned");
+  const int64_t threads = m.tokens * m.heads * 16;
+  KIMIRT_CUDA_REQUIRE(threads / 256 < (int64_t{1} << 31), "mla_prefill_merge: ", m.tokens, " tokens are too many");
+  const unsigned blocks = static_cast<unsigned>((threads + 255) / 256);
+  switch (mode) {
+    case MlaMergeMode::kFirst:
+      merge_kernel<MlaMergeMode::kFirst><<<blocks, 256, 0, stream>>>(m);
+      break;
+    case MlaMergeMode::kAccumulate:
+      merge_kernel<MlaMergeMode::kAccumulate><<<blocks, 256, 0, stream>>>(m);
+      break;
+    case MlaMergeMode::kLast:
+      merge_kernel<MlaMergeMode::kLast><<<blocks, 256, 0, stream>>>(m);
+      break;
+  }
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 

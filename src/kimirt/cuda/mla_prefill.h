@@ -35,6 +35,13 @@ struct MlaPrefillArgs {
   int heads = 0;
   int max_q = 0;       // host: a bound on the largest Tq_b (sizes the grid)
   float scale = 0.0f;  // 0 means 192^-½
+  // false: every query sees all Tk_b keys of its sequence (a chunk of cached context that precedes them all).
+  bool causal = true;
+  // Optional [Tq_total, heads] (token stride ld_lse): each row's log-sum-exp in the log2 domain of the scaled
+  // scores, m + log2(l), -inf for a row that sees no key. With it, attention over disjoint key sets can be
+  // merged (mla_prefill_merge).
+  float* lse = nullptr;
+  int64_t ld_lse = 0;
 };
 
 // Two kernels compute the same thing: kWgmma (warpgroup MMA fed by tensor copies, 128 queries per block;
@@ -46,5 +53,30 @@ const char* mla_prefill_kernel_name(MlaPrefillKernel k);
 // below 2^31; pointers 16-byte aligned; total_q and total_k in 1..2^31-1. Throws kimirt::Error naming the
 // field otherwise.
 void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a, MlaPrefillKernel kernel = MlaPrefillKernel::kAuto);
+
+// Chunked-context prefill merges the attention of its passes (each over its own keys, with its lse) into a
+// running fp32 result: acc [tokens, heads, 128] and acc_lse [tokens, heads] (contiguous) hold the passes so
+// far; part (row stride ld_part, head stride 128) and part_lse (row stride ld_part_lse) are this pass's.
+//   kFirst       acc, acc_lse = part, part_lse
+//   kAccumulate  acc, acc_lse = the merge of both
+//   kLast        out (row stride ld_out, head stride 128) = the merge of both, times σ(gate) when gate is
+//                non-null (row stride ld_gate); acc is left as it was
+// A row whose lse is -inf in both is 0.
+enum class MlaMergeMode { kFirst, kAccumulate, kLast };
+struct MlaPrefillMergeArgs {
+  int64_t tokens = 0;
+  int heads = 0;
+  const __nv_bfloat16* part = nullptr;
+  int64_t ld_part = 0;
+  const float* part_lse = nullptr;
+  int64_t ld_part_lse = 0;
+  float* acc = nullptr;
+  float* acc_lse = nullptr;
+  const __nv_bfloat16* gate = nullptr;
+  int64_t ld_gate = 0;
+  __nv_bfloat16* out = nullptr;
+  int64_t ld_out = 0;
+};
+void mla_prefill_merge(cudaStream_t stream, const MlaPrefillMergeArgs& m, MlaMergeMode mode);
 
 }  // namespace kimirt::cuda

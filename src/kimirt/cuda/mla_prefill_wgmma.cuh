@@ -53,10 +53,12 @@ struct Params {
 // The epilogue both prefill kernels share. A thread holds two rows of O (r and r + 8 of a 16-row slice; the
 // row of r is `row`, counted from the sequence's first query) in the m16n8 accumulator layout: o(j, e) is
 // row r + 8·(e / 2), column 8j + c2 + e % 2, for 16 blocks j. The quad completes the row sums l, then each
-// row before the sequence's end is normalized, multiplied by σ(gate) when there is one, and stored as bf16.
+// row before the sequence's end is normalized, multiplied by σ(gate) when there is one, and stored as bf16;
+// with a.lse, the quad's first lane stores the row's m + log2(l) (m: the row's running maximum, the same in
+// every lane of the quad).
 template <class O>
-__device__ __forceinline__ void store_rows(const MlaPrefillArgs& a, O o, float (&l)[2], int head, int q_begin, int row,
-                                           int tq, int c2) {
+__device__ __forceinline__ void store_rows(const MlaPrefillArgs& a, O o, float (&l)[2], const float (&m)[2], int head,
+                                           int q_begin, int row, int tq, int c2) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -67,6 +69,7 @@ __device__ __forceinline__ void store_rows(const MlaPrefillArgs& a, O o, float (
     if (row + 8 * h >= tq) continue;
     const float inv_l = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
     const int64_t token = q_begin + row + 8 * h;
+    if (a.lse && c2 == 0) a.lse[token * a.ld_lse + head] = l[h] > 0.0f ? m[h] + log2f(l[h]) : -INFINITY;
     bf16* dst = a.out + token * a.ld_out + head * kDv;
     const bf16* gp = a.gate ? a.gate + token * a.ld_gate + head * kDv : nullptr;
 #pragma unroll
@@ -99,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Under the causal mask a head's last query tiles see the most keys: they are dispatched first.
   const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;
   if (m0 >= tq) return;
-  const int offset = tk - tq;  // position of query 0
+  const int offset = a.causal ? tk - tq : tk;  // position of query 0 (past every key when not causal)
   const int last_q = min(m0 + kBM, tq) - 1;
   const int n_keys = max(0, min(tk, offset + last_q + 1));
   const int n_tiles = (n_keys + kBN - 1) / kBN;
@@ -243,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   store_rows(
-      a, [&](int j, int e) { return o[4 * j + e]; }, l_run, head, q_begin, m0 + 64 * wg + r, tq, c2);
+      a, [&](int j, int e) { return o[4 * j + e]; }, l_run, m_run, head, q_begin, m0 + 64 * wg + r, tq, c2);
 }
 
 }  // namespace kimirt::cuda::mla_prefill_wgmma
