@@ -769,7 +769,9 @@ TEST(GemmTable, KernelConfigsRoundTrip) {
         {"7168 7168x 4\n", ":1: n \"7168\" and k \"7168x\" must be positive integers"},
         {"7168 7168 +4\n", ":1: max_skinny_m \"+4\" is not an integer in [0, 16]"},
         {"7168 7168 17\n", ":1: max_skinny_m \"17\" is not an integer in [0, 16]"},
-        {"* * -1\n", ":1: max_skinny_m \"-1\" is not an integer in [0, 16]"}}) {
+        {"* * -1\n", ":1: max_skinny_m \"-1\" is not an integer in [0, 16]"},
+        {"7168 7168 4\n7168 7168 12\n", ":2: a second row for 7168 7168 (line 1)"},
+        {"* * 4\n# x\n* * 8\n", ":3: a second row for * * (line 1)"}}) {
     std::ofstream(path) << line;
     try {
       GemmTable::load(path.string());

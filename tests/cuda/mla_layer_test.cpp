@@ -133,9 +133,10 @@ TEST(MlaLayer, DecodeStepMatchesCpuAbsorbedPath) {
   EXPECT_EQ(arena.step_used(), 0u) << "scratch released";
 }
 
-// One pass over the whole context, and passes over slices of the cached context merged by their lse
-// (max_expanded_keys): 59 keys per pass give slices of 19 rows per sequence (eight passes over 150 cached rows,
-// some empty for the shorter sequences, none for the one without cached rows), 200 give slices of 66.
+// One pass over the whole context, and passes over the cached rows merged by their lse (max_expanded_keys):
+// the 220 cached rows of the three sequences laid end to end (150 of sequence 0, none of sequence 1, 70 of
+// sequence 2) take four passes of 59 keys (the third straddles sequences 0 and 2) or two of 200; then the
+// default, sized by the step region: an arena too small for one pass.
 TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
   KIMIRT_REQUIRE_GPU();
   MlaSetup s;
@@ -164,19 +165,27 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
     refs.push_back(ref);
   }
   // Every call appends the same rows to the same slots, so the cache the next one reads is the same.
-  for (const int64_t max_keys : {int64_t{0}, int64_t{59}, int64_t{200}}) {
-    SCOPED_TRACE("max_expanded_keys " + std::to_string(max_keys));
+  const auto run = [&](DeviceArena& on, int64_t max_keys) {
+    SCOPED_TRACE("max_expanded_keys " + std::to_string(max_keys) + ", step region " +
+                 std::to_string(on.step_capacity()));
     DeviceBuffer out = test::poisoned(tokens * s.hidden * 2);
-    mla_prefill_step(linear, arena, nullptr, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(), tokens,
-                     batch, dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 30, 180, ds.as<int32_t>(),
+    mla_prefill_step(linear, on, nullptr, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(), tokens, batch,
+                     dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 30, 180, ds.as<int32_t>(),
                      out.as<__nv_bfloat16>(), false, max_keys);
     const auto got = test::from_bf16(download<uint16_t>(out.data(), tokens * s.hidden));
     for (int b = 0; b < batch; ++b) {
       std::vector<float> g(got.begin() + cu_q[b] * s.hidden, got.begin() + cu_q[b + 1] * s.hidden);
       EXPECT_LE(test::rel_err(g, refs[b]), 2e-2) << "sequence " << b;
     }
-    EXPECT_EQ(arena.step_used(), 0u) << "scratch released";
-  }
+    EXPECT_EQ(on.step_used(), 0u) << "scratch released";
+  };
+  for (const int64_t max_keys : {int64_t{0}, int64_t{59}, int64_t{200}}) run(arena, max_keys);
+  // One pass took `one_pass` bytes, of which each context key's latent row, K and V `key_bytes`; a step region
+  // a third of the keys short of it leaves room for passes only.
+  const uint64_t one_pass = arena.step_high_water(), key_bytes = (576 + s.heads * 256) * 2;
+  DeviceArena small(0, one_pass - cu_k.back() / 3 * key_bytes);
+  run(small, 0);
+  EXPECT_LT(small.step_high_water(), one_pass);
   // Fewer keys per pass than the chunk has tokens: its own keys cannot be expanded at once.
   DeviceBuffer out(tokens * s.hidden * 2);
   EXPECT_THROW(mla_prefill_step(linear, arena, nullptr, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(),

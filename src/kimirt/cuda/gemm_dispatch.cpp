@@ -136,6 +136,12 @@ GemmTable GemmTable::load(const std::string& path) {
   std::string line;
   int line_no = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t>, int> fp8_lines;  // (n, k, m) -> its line
+  std::map<std::pair<int64_t, int64_t>, int> skinny_lines;         // (n, k) -> its line; (0, 0): "* *"
+  const auto first_row = [&](int64_t n, int64_t k) {
+    const auto [seen, fresh] = skinny_lines.try_emplace({n, k}, line_no);
+    KIMIRT_CHECK(fresh, "GEMM table {}:{}: a second row for {} (line {})", path, line_no,
+                 n ? fmt::format("{} {}", n, k) : std::string("* *"), seen->second);
+  };
   while (std::getline(in, line)) {
     ++line_no;
     const auto hash = line.find('#');
@@ -184,10 +190,12 @@ GemmTable GemmTable::load(const std::string& path) {
                  path, line_no, max_m_text, kSkinnyMaxM);
     if (n_text == "*" && k_text == "*") {
       KIMIRT_CHECK(!config, "GEMM table {}:{}: the default row takes no kernel config", path, line_no);
+      first_row(0, 0);
       t.default_max_m_ = static_cast<int>(*max_m);
       continue;
     }
     const auto [n, k] = positive(n_text, k_text);
+    first_row(n, k);
     t.set(n, k, static_cast<int>(*max_m), config);
   }
   return t;
@@ -296,8 +304,9 @@ void Linear::fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, 
                  uint64_t d_scratch_bytes) {
   // Ours also takes what cuBLASLt refuses (n % 16 != 0, m % 4 != 0 without scratch). Nothing goes the other
   // way: cuBLASLt refuses ldy % 8 != 0 as ours does (its heuristic answers NOT_SUPPORTED on the H200).
-  const bool ours =
-      table_.fp8_path(n, k, m) == Fp8Path::kOurs || n % 16 != 0 || d_scratch_bytes < fp8_d_scratch_bytes(m, n);
+  const uint64_t scratch_needed = fp8_d_scratch_bytes(m, n);
+  const bool scratch_ok = scratch_needed == 0 || (d_scratch && d_scratch_bytes >= scratch_needed);
+  const bool ours = table_.fp8_path(n, k, m) == Fp8Path::kOurs || n % 16 != 0 || !scratch_ok;
   if (ours) {
     fp8_block_gemm(stream, xq, x_scales, wq, w_scales, y, ldy, m, n, k, sm_count_);
   } else {

@@ -265,8 +265,10 @@ void GemmLt::run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t s
                    0,
                    0,
                    0};
-  auto& slot = cache_->plans[key];
-  if (!slot) {
+  // Looked up, and inserted only once built: a build that throws (no algorithm, a failed timing run) leaves
+  // no empty entry behind.
+  auto found = cache_->plans.find(key);
+  if (found == cache_->plans.end()) {
     auto plan = std::make_unique<Plan>();
     KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = transpose_w ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -292,8 +294,9 @@ void GemmLt::run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t s
       return cublasLtMatmul(handle_, pl.desc, &one, w, pl.a, x, pl.b, &zero, y, pl.d, y, pl.d, &algo, workspace_,
                             workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
     });
-    slot = std::move(plan);
+    found = cache_->plans.emplace(key, std::move(plan)).first;
   }
+  const auto& slot = found->second;
   const float alpha = 1.0f;
   KIMIRT_CUBLAS_CHECK(cublasLtMatmul(handle_, slot->desc, &alpha, w, slot->a, x, slot->b, &beta, y, slot->d, y, slot->d,
                                      &slot->algo, workspace_, workspace_bytes_, stream));
@@ -342,8 +345,10 @@ void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_s
                    0,
                    0,
                    0};
-  auto& slot = cache_->plans[key];
-  if (!slot) {
+  // Looked up, and inserted only once built: a build that throws (no algorithm, a failed timing run) leaves
+  // no empty entry behind.
+  auto found = cache_->plans.find(key);
+  if (found == cache_->plans.end()) {
     auto plan = std::make_unique<Plan>();
     KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = CUBLAS_OP_T;
@@ -376,8 +381,9 @@ void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_s
       return cublasLtMatmul(handle_, pl.desc, &one, wq, pl.a, xq, pl.b, &zero, d, pl.d, d, pl.d, &algo, workspace_,
                             workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
     });
-    slot = std::move(plan);
+    found = cache_->plans.emplace(key, std::move(plan)).first;
   }
+  const auto& slot = found->second;
   KIMIRT_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(slot->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
   KIMIRT_CUBLAS_CHECK(

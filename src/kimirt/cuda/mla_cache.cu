@@ -53,13 +53,14 @@ __global__ void kv_norm_append_kernel(const bf16* __restrict__ kv_a, int64_t ld_
 
 __global__ void gather_latent_kernel(const bf16* __restrict__ cache, int page_size,
                                      const int32_t* __restrict__ block_table, int64_t ld_block_table,
-                                     const int32_t* __restrict__ cu_out, int first_row, bf16* __restrict__ out) {
+                                     const int32_t* __restrict__ cu_out, const int32_t* __restrict__ first_rows,
+                                     bf16* __restrict__ out) {
   const int b = blockIdx.y;
   const int row = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   const int begin = cu_out[b];
   if (row >= cu_out[b + 1] - begin) return;
-  const int pos = first_row + row;  // the row's position in its sequence
+  const int pos = (first_rows ? first_rows[b] : 0) + row;  // the row's position in its sequence
   const int64_t page = block_table[static_cast<int64_t>(b) * ld_block_table + pos / page_size];
   const bf16* src = cache + (page * page_size + pos % page_size) * kMlaRow;
   bf16* dst = out + static_cast<int64_t>(begin + row) * kMlaRow;
@@ -94,26 +95,37 @@ __global__ void transpose_uk_kernel(const bf16* __restrict__ kv_b, bf16* __restr
   }
 }
 
-// One warp: per round 32 sequences' lengths, an inclusive warp scan, the running total carried by lane 31.
+// One warp: per round 32 sequences, two inclusive warp scans (their cached rows, giving where each starts in the
+// concatenation; then the rows the pass takes from each), the running totals carried by lane 31.
 __global__ void context_chunk_offsets_kernel(const int32_t* __restrict__ cu_q, const int32_t* __restrict__ cu_k,
-                                             int batch, int64_t first, int chunk, int32_t* __restrict__ cu_pass) {
+                                             int batch, int64_t first, int64_t keys, int32_t* __restrict__ cu_pass,
+                                             int32_t* __restrict__ first_rows) {
   const int lane = threadIdx.x;
-  int total = 0;
+  int64_t ctx_total = 0, pass_total = 0;
   if (lane == 0) cu_pass[0] = 0;
-  for (int base = 0; base < batch; base += 32) {
-    const int b = base + lane;
-    int len = 0;
-    if (b < batch) {
-      const int64_t ctx = static_cast<int64_t>(cu_k[b + 1] - cu_k[b]) - (cu_q[b + 1] - cu_q[b]);
-      len = static_cast<int>(min(max(ctx - first, int64_t{0}), static_cast<int64_t>(chunk)));
-    }
+  const auto scan = [&](int64_t v) {
 #pragma unroll
     for (int d = 1; d < 32; d *= 2) {
-      const int v = __shfl_up_sync(0xffffffffu, len, d);
-      if (lane >= d) len += v;
+      const int64_t u = __shfl_up_sync(0xffffffffu, v, d);
+      if (lane >= d) v += u;
     }
-    if (b < batch) cu_pass[b + 1] = total + len;
-    total += __shfl_sync(0xffffffffu, len, 31);
+    return v;
+  };
+  for (int base = 0; base < batch; base += 32) {
+    const int b = base + lane;
+    const int64_t ctx =
+        b < batch ? max(int64_t{0}, static_cast<int64_t>(cu_k[b + 1] - cu_k[b]) - (cu_q[b + 1] - cu_q[b])) : 0;
+    const int64_t ctx_incl = scan(ctx);
+    const int64_t off = ctx_total + ctx_incl - ctx;  // the sequence's first cached row in the concatenation
+    const int64_t lo = max(off, first), hi = min(off + ctx, first + keys);
+    const int64_t len = max(int64_t{0}, hi - lo);
+    const int64_t len_incl = scan(len);
+    if (b < batch) {
+      cu_pass[b + 1] = static_cast<int32_t>(pass_total + len_incl);
+      first_rows[b] = static_cast<int32_t>(len > 0 ? lo - off : 0);
+    }
+    ctx_total += __shfl_sync(0xffffffffu, ctx_incl, 31);
+    pass_total += __shfl_sync(0xffffffffu, len_incl, 31);
   }
 }
 
@@ -148,10 +160,9 @@ void mla_kv_norm_append(cudaStream_t stream, const __nv_bfloat16* kv_a, int64_t 
 
 void mla_gather_latent(cudaStream_t stream, const __nv_bfloat16* cache, int page_size, const int32_t* block_table,
                        int64_t ld_block_table, const int32_t* cu_out, int batch, int max_len, __nv_bfloat16* out,
-                       int first_row) {
-  KIMIRT_CUDA_REQUIRE(batch >= 0 && batch <= 65535 && max_len >= 0 && first_row >= 0 &&
-                          int64_t{first_row} + max_len < (int64_t{1} << 31),
-                      "mla_gather_latent: batch ", batch, ", max_len ", max_len, ", first_row ", first_row);
+                       const int32_t* first_rows) {
+  KIMIRT_CUDA_REQUIRE(batch >= 0 && batch <= 65535 && max_len >= 0, "mla_gather_latent: batch ", batch, ", max_len ",
+                      max_len);
   if (batch == 0 || max_len == 0) return;
   KIMIRT_CUDA_REQUIRE(
       page_size > 0 && cache && block_table && cu_out && out && detail::aligned16(cache) && detail::aligned16(out),
@@ -159,16 +170,17 @@ void mla_gather_latent(cudaStream_t stream, const __nv_bfloat16* cache, int page
   const int rows_per_block = 8;
   const dim3 grid(static_cast<unsigned>((max_len + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(batch));
   gather_latent_kernel<<<grid, rows_per_block * 32, 0, stream>>>(cache, page_size, block_table, ld_block_table, cu_out,
-                                                                 first_row, out);
+                                                                 first_rows, out);
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 
-void mla_context_chunk_offsets(cudaStream_t stream, const int32_t* cu_q, const int32_t* cu_k, int batch, int pass,
-                               int chunk, int32_t* cu_pass) {
-  KIMIRT_CUDA_REQUIRE(batch >= 0 && pass >= 0 && chunk > 0 && cu_q && cu_k && cu_pass,
-                      "mla_context_chunk_offsets: batch ", batch, ", pass ", pass, ", chunk ", chunk,
-                      " or a null pointer");
-  context_chunk_offsets_kernel<<<1, 32, 0, stream>>>(cu_q, cu_k, batch, int64_t{pass} * chunk, chunk, cu_pass);
+void mla_context_chunk_offsets(cudaStream_t stream, const int32_t* cu_q, const int32_t* cu_k, int batch, int64_t first,
+                               int64_t keys, int32_t* cu_pass, int32_t* first_rows) {
+  KIMIRT_CUDA_REQUIRE(
+      batch >= 0 && first >= 0 && keys > 0 && keys < (int64_t{1} << 31) && cu_q && cu_k && cu_pass && first_rows,
+      "mla_context_chunk_offsets: batch ", batch, ", first ", first, ", keys ", keys,
+      " (below 2^31) or a null pointer");
+  context_chunk_offsets_kernel<<<1, 32, 0, stream>>>(cu_q, cu_k, batch, first, keys, cu_pass, first_rows);
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 

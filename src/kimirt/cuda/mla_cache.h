@@ -18,19 +18,20 @@ void mla_kv_norm_append(cudaStream_t stream, const __nv_bfloat16* kv_a, int64_t 
                         float eps, const int32_t* slots, int64_t tokens, __nv_bfloat16* cache,
                         __nv_bfloat16* latent_out, int64_t ld_latent);
 
-// Gathers rows [first_row, first_row + len_b) of each sequence b from the cache into out rows cu_out[b] + i
-// (row stride 576). block_table [batch, ld_block_table] and cu_out [batch + 1] on the device; max_len (host)
-// bounds len_b = cu_out[b + 1] − cu_out[b].
+// Gathers rows [f_b, f_b + len_b) of each sequence b from the cache into out rows cu_out[b] + i (row stride
+// 576), f_b = first_rows[b] (device; null: 0). block_table [batch, ld_block_table] and cu_out [batch + 1] on
+// the device; max_len (host) bounds len_b = cu_out[b + 1] − cu_out[b].
 void mla_gather_latent(cudaStream_t stream, const __nv_bfloat16* cache, int page_size, const int32_t* block_table,
                        int64_t ld_block_table, const int32_t* cu_out, int batch, int max_len, __nv_bfloat16* out,
-                       int first_row = 0);
+                       const int32_t* first_rows = nullptr);
 
-// The keys of pass `pass` of a chunked-context prefill: sequence b has Tq_b = cu_q[b+1] − cu_q[b] new
-// tokens after ctx_b = (cu_k[b+1] − cu_k[b]) − Tq_b cached ones, and the pass takes its cached rows
-// [pass·chunk, pass·chunk + len_b), len_b = clamp(ctx_b − pass·chunk, 0, chunk): cu_pass [batch + 1] gets
-// their offsets (device arrays; one warp scans them).
-void mla_context_chunk_offsets(cudaStream_t stream, const int32_t* cu_q, const int32_t* cu_k, int batch, int pass,
-                               int chunk, int32_t* cu_pass);
+// One pass of a chunked-context prefill. Sequence b has Tq_b = cu_q[b+1] − cu_q[b] new tokens after
+// ctx_b = (cu_k[b+1] − cu_k[b]) − Tq_b cached ones; laid end to end, the sequences' cached rows form one
+// list, and the pass takes its rows [first, first + keys): from sequence b its cached rows
+// [first_rows[b], first_rows[b] + len_b), at cu_pass[b] (cu_pass [batch + 1], first_rows [batch]; device).
+// Every pass but the last thus takes exactly `keys` rows, whatever the sequences' lengths. One warp scans.
+void mla_context_chunk_offsets(cudaStream_t stream, const int32_t* cu_q, const int32_t* cu_k, int batch, int64_t first,
+                               int64_t keys, int32_t* cu_pass, int32_t* first_rows);
 
 // Load-time layout for the decode absorption: w_uk_t[h] = W_UK_hᵀ, i.e. w_uk_t[h][n][k] =
 // kv_b[h·256 + k][n] for n < 512, k < 128 ([heads, 512, 128]), so that q̂_h = W_UK_hᵀ q_nope_h is an

@@ -162,12 +162,18 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
   check_dims(d, w);
   KIMIRT_CHECK(max_expanded_keys >= 0, "MLA prefill: max_expanded_keys {} must not be negative", max_expanded_keys);
   if (tokens == 0) return;
-  KIMIRT_CHECK(max_expanded_keys == 0 || max_expanded_keys >= total_k ||
-                   (max_expanded_keys >= tokens && max_expanded_keys >= batch),
-               "MLA prefill: max_expanded_keys {} is below the chunk's {} tokens or its {} sequences (a pass expands "
-               "at least the chunk's own keys, and one cached row of each sequence)",
-               max_expanded_keys, tokens, batch);
-  const uint64_t mark = arena.mark();
+  KIMIRT_CHECK(total_k >= tokens, "MLA prefill: total_k {} (cu_k[batch]) is below the chunk's {} tokens", total_k,
+               tokens);
+  KIMIRT_CHECK(max_expanded_keys == 0 || max_expanded_keys >= total_k || max_expanded_keys >= tokens,
+               "MLA prefill: max_expanded_keys {} is below the chunk's {} tokens (a pass expands at least the "
+               "chunk's own keys)",
+               max_expanded_keys, tokens);
+  // Rewound however the step ends: a refused pass (or a failed allocation) leaves no scratch taken.
+  const struct Rewind {
+    DeviceArena& arena;
+    uint64_t mark;
+    ~Rewind() { arena.rewind(mark); }
+  } rewind{arena, arena.mark()};
   bf16* q = project_q(linear, arena, stream, d, w, x, tokens);
   bf16* kv_a = arena.step<bf16>(tokens * kMlaRow, "mla.kv_a");
   linear(stream, x, w.kv_a_proj, kv_a, OutType::kBF16, tokens, kMlaRow, d.hidden);
@@ -212,20 +218,22 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
     a.cu_k = cu_k, a.total_k = total_k;
     mla_prefill(stream, a);
   } else {
-    // Passes: this chunk's own keys (causal), then the cached context in slices of `chunk` rows per
-    // sequence (every key precedes every query: not causal). Each pass writes its normalized rows and lse to
-    // part, merged into acc; the last merge applies the gate and writes o.
+    // Passes: this chunk's own keys (causal), then the sequences' cached rows laid end to end, `pass_keys`
+    // at a time (every key precedes every query: not causal), so that no pass expands a row it does not
+    // attend. Each pass writes its normalized rows and lse to part, merged into acc; the last merge applies
+    // the gate and writes o.
     const int64_t heads_rows = tokens * d.heads;
     bf16* part = arena.step<bf16>(heads_rows * kV, "mla.pass_out");
     float* part_lse = arena.step<float>(heads_rows, "mla.pass_lse");
     float* acc = arena.step<float>(heads_rows * kV, "mla.acc");
     float* acc_lse = arena.step<float>(heads_rows, "mla.acc_lse");
     int32_t* cu_pass = arena.step<int32_t>(batch + 1, "mla.pass_offsets");
+    int32_t* first_rows = arena.step<int32_t>(batch, "mla.pass_first_rows");
     const int64_t pass_keys = max_expanded_keys > 0 ? max_expanded_keys : keys_left();
-    KIMIRT_CHECK(pass_keys >= tokens && pass_keys >= batch,
+    KIMIRT_CHECK(pass_keys >= tokens,
                  "MLA prefill: {} keys per pass (max_expanded_keys {}, or what the step region has room for) are "
-                 "fewer than the chunk's {} tokens or its {} sequences",
-                 pass_keys, max_expanded_keys, tokens, batch);
+                 "fewer than the chunk's {} tokens",
+                 pass_keys, max_expanded_keys, tokens);
     bf16* latent = arena.step<bf16>(pass_keys * kMlaRow, "mla.pass_latent");
     bf16* kv = arena.step<bf16>(pass_keys * d.heads * kKvB, "mla.pass_kv");
     MlaPrefillMergeArgs m;
@@ -243,24 +251,15 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
     mla_prefill(stream, a);
     mla_prefill_merge(stream, m, MlaMergeMode::kFirst);
 
-    const int64_t chunk = std::min<int64_t>(pass_keys / batch, max_k);
-    const int64_t context = total_k - tokens;  // cached rows of all sequences
-    // A pass's rows are at most batch·chunk, and at most the context rows past pass·chunk of any sequence.
-    const auto pass_rows = [&](int64_t pass) {
-      return std::max<int64_t>(0, std::min(batch * chunk, context - pass * chunk));
-    };
-    int64_t passes = 0;
-    while (passes * chunk < max_k && pass_rows(passes) > 0) ++passes;
-    KIMIRT_CHECK(passes > 0,
-                 "MLA prefill: total_k {} exceeds the chunk's {} tokens, but no sequence has a cached row "
-                 "below max_k {}",
-                 total_k, tokens, max_k);
+    const int64_t context = total_k - tokens;  // the sequences' cached rows
+    const int64_t keys = std::min<int64_t>({pass_keys, context, (int64_t{1} << 31) - 1});
+    const int64_t passes = (context + keys - 1) / keys;
     a.cu_k = cu_pass, a.causal = false;
     for (int64_t p = 0; p < passes; ++p) {
-      const int64_t rows = pass_rows(p);
-      mla_context_chunk_offsets(stream, cu_q, cu_k, batch, static_cast<int>(p), static_cast<int>(chunk), cu_pass);
+      const int64_t rows = std::min(keys, context - p * keys);
+      mla_context_chunk_offsets(stream, cu_q, cu_k, batch, p * keys, keys, cu_pass, first_rows);
       mla_gather_latent(stream, cache.cache, cache.page_size, cache.block_table, cache.ld_block_table, cu_pass, batch,
-                        static_cast<int>(chunk), latent, static_cast<int>(p * chunk));
+                        static_cast<int>(std::min<int64_t>(rows, max_k)), latent, first_rows);
       expand(latent, rows, kv);
       a.total_k = rows;
       mla_prefill(stream, a);
@@ -268,7 +267,6 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
     }
   }
   o_proj(linear, stream, d, w, o, tokens, out, accumulate);
-  arena.rewind(mark);
 }
 
 }  // namespace kimirt::cuda
