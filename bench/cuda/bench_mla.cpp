@@ -208,7 +208,7 @@ void mla_suite(Context& ctx) {
     for (const int64_t keys : {int64_t{0}, int64_t{16384}, int64_t{8192}}) {
       const std::string name =
           fmt::format("layer prefill step {} tokens after {} cached heads={}{}", tq, tk - tq, heads,
-                      keys ? fmt::format(", passes of {} keys", keys) : std::string(", one pass"));
+                      keys ? fmt::format(", passes of {} keys", keys) : std::string(", one pass (3 GB step region)"));
       if (!ctx.wants(name)) continue;
       DeviceArena arena(0, 3ull << 30);  // its own, so that the high-water mark is this variant's
       const double us = time_us(

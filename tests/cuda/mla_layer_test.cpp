@@ -136,7 +136,7 @@ TEST(MlaLayer, DecodeStepMatchesCpuAbsorbedPath) {
 // One pass over the whole context, and passes over the cached rows merged by their lse (max_expanded_keys):
 // the 220 cached rows of the three sequences laid end to end (150 of sequence 0, none of sequence 1, 70 of
 // sequence 2) take four passes of 59 keys (the third straddles sequences 0 and 2) or two of 200; then the
-// default, sized by the step region: an arena too small for one pass.
+// default, sized by the step region: an arena too small for one pass, and one too small for any.
 TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
   KIMIRT_REQUIRE_GPU();
   MlaSetup s;
@@ -179,13 +179,24 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
     }
     EXPECT_EQ(on.step_used(), 0u) << "scratch released";
   };
-  for (const int64_t max_keys : {int64_t{0}, int64_t{59}, int64_t{200}}) run(arena, max_keys);
-  // One pass took `one_pass` bytes, of which each context key's latent row, K and V `key_bytes`; a step region
-  // a third of the keys short of it leaves room for passes only.
-  const uint64_t one_pass = arena.step_high_water(), key_bytes = (576 + s.heads * 256) * 2;
+  DeviceArena first(0, 256 << 20);
+  run(first, 0);
+  // One pass took `one_pass` bytes, of which each context key's latent row, K and V `key_bytes`: a step region
+  // a third of the keys short of it has room for passes only (one pass would fail to allocate).
+  const uint64_t one_pass = first.step_high_water(), key_bytes = (576 + s.heads * 256) * 2;
+  for (const int64_t max_keys : {int64_t{59}, int64_t{200}}) run(arena, max_keys);
   DeviceArena small(0, one_pass - cu_k.back() / 3 * key_bytes);
   run(small, 0);
-  EXPECT_LT(small.step_high_water(), one_pass);
+  // Room for fewer keys than the chunk has tokens once the passes' buffers are taken: refused after scratch
+  // was taken, which is given back.
+  DeviceArena tiny(0, one_pass - (cu_k.back() - tokens / 2) * key_bytes);
+  DeviceBuffer refused(tokens * s.hidden * 2);
+  EXPECT_THROW(mla_prefill_step(linear, tiny, nullptr, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(),
+                                tokens, batch, dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 30, 180,
+                                ds.as<int32_t>(), refused.as<__nv_bfloat16>()),
+               kimirt::Error);
+  EXPECT_GT(tiny.step_high_water(), 0u) << "the step had taken scratch before it was refused";
+  EXPECT_EQ(tiny.step_used(), 0u) << "and gave it back";
   // Fewer keys per pass than the chunk has tokens: its own keys cannot be expanded at once.
   DeviceBuffer out(tokens * s.hidden * 2);
   EXPECT_THROW(mla_prefill_step(linear, arena, nullptr, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(),

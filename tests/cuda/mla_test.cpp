@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 #include <tuple>
 
@@ -161,20 +162,21 @@ TEST(MlaPrefill, NonCausalPassesWithLse) {
   check_prefill(tq, tk, 5, true, 51, true, 0.0f, 3, false);
 }
 
-// The merge of two passes against the attention over their keys at once: sequence 0's 150 keys split after
-// 90, sequence 1's 40 keys all in the second pass (its first is empty), sequence 2 without keys in either.
+// The merge of three passes against the attention over their keys at once: sequence 0's 150 keys split after
+// 50 and 90, sequence 1's 40 keys all in the last pass (its running lse -inf until then), sequence 2 without
+// keys in any.
 TEST(MlaPrefill, MergedPassesEqualOnePass) {
   KIMIRT_REQUIRE_GPU();
   const int heads = 8;
   const std::vector<int32_t> tq = {33, 20, 4};
-  const std::vector<std::vector<int32_t>> tk = {{90, 0, 0}, {60, 40, 0}};  // per pass
+  const std::vector<std::vector<int32_t>> tk = {{50, 0, 0}, {40, 0, 0}, {60, 40, 0}};  // per pass
   std::vector<int32_t> cu_q = {0};
   for (int32_t n : tq) cu_q.push_back(cu_q.back() + n);
   const int64_t nq = cu_q.back();
   std::vector<float> q = test::random_vec(nq * heads * 192, 61, -2, 2),
                      g = test::random_vec(nq * heads * 128, 62, -3, 3);
   DeviceBuffer dq = upload(test::to_bf16(q)), dg = upload(test::to_bf16(g)), dcq = upload(cu_q);
-  // Keys of sequence b, all passes: rows 0-89 of sequence 0 in pass 0, 90-149 in pass 1.
+  // Keys of sequence b, all passes: rows 0-49 of sequence 0 in pass 0, 50-89 in pass 1, 90-149 in pass 2.
   std::vector<int32_t> all_k = {150, 40, 0}, cu_all = {0};
   for (int32_t n : all_k) cu_all.push_back(cu_all.back() + n);
   std::vector<float> kv = test::random_vec(cu_all.back() * heads * 256, 63, -2, 2),
@@ -200,11 +202,13 @@ TEST(MlaPrefill, MergedPassesEqualOnePass) {
                acc = test::poisoned(nq * heads * 512), acc_lse = test::poisoned(nq * heads * 4),
                merged = test::poisoned(nq * heads * 256);
   std::vector<DeviceBuffer> keep;
-  for (int pass = 0; pass < 2; ++pass) {
+  std::vector<int32_t> done(3, 0);  // keys of each sequence taken by earlier passes
+  for (int pass = 0; pass < 3; ++pass) {
     std::vector<uint16_t> pkv, plat;
     std::vector<int32_t> cu_p = {0};
     for (int b = 0; b < 3; ++b) {
-      const int64_t first = cu_all[b] + (pass == 0 ? 0 : tk[0][b]);
+      const int64_t first = cu_all[b] + done[b];
+      done[b] += tk[pass][b];
       pkv.insert(pkv.end(), kv16.begin() + first * heads * 256, kv16.begin() + (first + tk[pass][b]) * heads * 256);
       plat.insert(plat.end(), lat16.begin() + first * 576, lat16.begin() + (first + tk[pass][b]) * 576);
       cu_p.push_back(cu_p.back() + tk[pass][b]);
@@ -220,7 +224,10 @@ TEST(MlaPrefill, MergedPassesEqualOnePass) {
     m.acc = acc.as<float>(), m.acc_lse = acc_lse.as<float>();
     m.gate = dg.as<__nv_bfloat16>(), m.ld_gate = heads * 128, m.out = merged.as<__nv_bfloat16>(),
     m.ld_out = heads * 128;
-    mla_prefill_merge(nullptr, m, pass == 0 ? MlaMergeMode::kFirst : MlaMergeMode::kLast);
+    mla_prefill_merge(nullptr, m,
+                      pass == 0   ? MlaMergeMode::kFirst
+                      : pass == 2 ? MlaMergeMode::kLast
+                                  : MlaMergeMode::kAccumulate);
   }
   const std::vector<float> want = dl_bf16(whole, nq * heads * 128), got = dl_bf16(merged, nq * heads * 128);
   const auto seq = [&](const std::vector<float>& v, int b) {
@@ -391,6 +398,62 @@ TEST(MlaCache, NormAppendGatherAndGate) {
   std::vector<float> r(3 * 256);
   for (size_t i = 0; i < r.size(); ++i) r[i] = float(x[i] * sigm(gt[i]));
   EXPECT_LE(test::rel_err(dl_bf16(dx, 3 * 256), r), 4e-3);
+}
+
+// Chunked-context passes: 70 sequences (more than one warp's round of the scan) with random cached and new
+// lengths, their cached rows laid end to end and taken `keys` at a time; then a gather from the per-sequence
+// first rows through a block table whose pages are not in order.
+TEST(MlaCache, ContextPassOffsetsAndGather) {
+  KIMIRT_REQUIRE_GPU();
+  const int batch = 70, page = 16, pages_per_seq = 8;
+  std::vector<int32_t> cu_q = {0}, cu_k = {0}, ctx(batch);
+  uint32_t state = 12345;
+  const auto next = [&](int n) { return static_cast<int>((state = state * 1664525u + 1013904223u) >> 8) % n; };
+  for (int b = 0; b < batch; ++b) {
+    ctx[b] = b % 5 == 0 ? 0 : next(pages_per_seq * page - 8);
+    const int tq = 1 + next(8);
+    cu_q.push_back(cu_q.back() + tq), cu_k.push_back(cu_k.back() + ctx[b] + tq);
+  }
+  std::vector<int32_t> table(batch * pages_per_seq);
+  for (int i = 0; i < batch * pages_per_seq; ++i) table[i] = (i * 37 + 11) % (batch * pages_per_seq);  // 37 ⟂ 560
+  const int64_t context = std::accumulate(ctx.begin(), ctx.end(), int64_t{0});
+  std::vector<float> rows = test::random_vec(int64_t{batch} * pages_per_seq * page * 576, 81, -2, 2);
+  DeviceBuffer cache = upload(test::to_bf16(rows)), dt = upload(table), dcq = upload(cu_q), dck = upload(cu_k),
+               dcp = test::poisoned((batch + 1) * 4), dfr = test::poisoned(batch * 4);
+  const int64_t keys = 333;
+  int64_t seen = 0;
+  for (int64_t first = 0; first < context; first += keys) {
+    SCOPED_TRACE("pass from row " + std::to_string(first));
+    mla_context_chunk_offsets(nullptr, dcq.as<int32_t>(), dck.as<int32_t>(), batch, first, keys, dcp.as<int32_t>(),
+                              dfr.as<int32_t>());
+    const auto cu_pass = download<int32_t>(dcp.data(), batch + 1), first_rows = download<int32_t>(dfr.data(), batch);
+    // Host: sequence b's cached rows are [off_b, off_b + ctx_b) of the concatenation.
+    std::vector<int32_t> want_cu = {0}, want_first;
+    int64_t off = 0;
+    for (int b = 0; b < batch; ++b) {
+      const int64_t lo = std::max(off, first), hi = std::min(off + ctx[b], first + keys);
+      want_cu.push_back(want_cu.back() + static_cast<int32_t>(std::max<int64_t>(0, hi - lo)));
+      want_first.push_back(hi > lo ? static_cast<int32_t>(lo - off) : 0);
+      off += ctx[b];
+    }
+    ASSERT_EQ(cu_pass, want_cu);
+    ASSERT_EQ(first_rows, want_first);
+    seen += cu_pass[batch];
+    const int n = cu_pass[batch];
+    DeviceBuffer out = test::poisoned(int64_t{n} * 576 * 2);
+    mla_gather_latent(nullptr, cache.as<__nv_bfloat16>(), page, dt.as<int32_t>(), pages_per_seq, dcp.as<int32_t>(),
+                      batch, static_cast<int>(keys), out.as<__nv_bfloat16>(), dfr.as<int32_t>());
+    const auto got = dl_bf16(out, int64_t{n} * 576);
+    for (int b = 0; b < batch; ++b)
+      for (int i = 0; i < cu_pass[b + 1] - cu_pass[b]; ++i) {
+        const int pos = first_rows[b] + i;
+        const int64_t slot = int64_t{table[b * pages_per_seq + pos / page]} * page + pos % page;
+        for (int d = 0; d < 576; d += 97)
+          ASSERT_EQ(got[(int64_t{cu_pass[b]} + i) * 576 + d], rows[slot * 576 + d])
+              << "sequence " << b << " row " << pos;
+      }
+  }
+  EXPECT_EQ(seen, context) << "the passes take every cached row once";
 }
 
 TEST(MlaDecode, BadArgumentsAreErrors) {

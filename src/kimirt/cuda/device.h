@@ -42,7 +42,9 @@ void require_supported(const DeviceInfo& info);
 // DeviceGuard makes `ordinal` current for its lifetime, then restores the previous device. Restoring
 // initializes that device's context if the thread never used it (cudaSetDevice does since CUDA 12), so on
 // worker threads that only ever serve one device (the loader's I/O threads, which start on device 0) use
-// set_current_device instead: a process driving GPU 1 must not grow a context on GPU 0.
+// set_current_device instead: a process driving GPU 1 must not grow a context on GPU 0. On a caller's
+// thread (arena and upload set-up) it switches nothing when the caller has made the device current first, as
+// a rank's thread does: callers driving one GPU should.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int ordinal);

@@ -30,7 +30,7 @@ namespace kimirt::cuda {
 // so that pinning does not open a context on device 0.
 class PinnedStagingAllocator final : public io::StagingAllocator {
  public:
-  explicit PinnedStagingAllocator(int device = 0) : device_(device) {}
+  explicit PinnedStagingAllocator(int device) : device_(device) {}
   void* allocate(uint64_t bytes) override;
   void deallocate(void* data, uint64_t bytes) noexcept override;
 

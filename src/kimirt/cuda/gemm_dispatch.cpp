@@ -136,9 +136,9 @@ GemmTable GemmTable::load(const std::string& path) {
   std::string line;
   int line_no = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t>, int> fp8_lines;  // (n, k, m) -> its line
-  std::map<std::pair<int64_t, int64_t>, int> skinny_lines;         // (n, k) -> its line; (0, 0): "* *"
-  const auto first_row = [&](int64_t n, int64_t k) {
-    const auto [seen, fresh] = skinny_lines.try_emplace({n, k}, line_no);
+  std::map<std::pair<int64_t, int64_t>, int> row_lines;            // (n, k) -> its line; (0, 0): "* *"
+  const auto refuse_repeated_row = [&](int64_t n, int64_t k) {
+    const auto [seen, fresh] = row_lines.try_emplace({n, k}, line_no);
     KIMIRT_CHECK(fresh, "GEMM table {}:{}: a second row for {} (line {})", path, line_no,
                  n ? fmt::format("{} {}", n, k) : std::string("* *"), seen->second);
   };
@@ -190,12 +190,12 @@ GemmTable GemmTable::load(const std::string& path) {
                  path, line_no, max_m_text, kSkinnyMaxM);
     if (n_text == "*" && k_text == "*") {
       KIMIRT_CHECK(!config, "GEMM table {}:{}: the default row takes no kernel config", path, line_no);
-      first_row(0, 0);
+      refuse_repeated_row(0, 0);
       t.default_max_m_ = static_cast<int>(*max_m);
       continue;
     }
     const auto [n, k] = positive(n_text, k_text);
-    first_row(n, k);
+    refuse_repeated_row(n, k);
     t.set(n, k, static_cast<int>(*max_m), config);
   }
   return t;

@@ -164,7 +164,7 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
   if (tokens == 0) return;
   KIMIRT_CHECK(total_k >= tokens, "MLA prefill: total_k {} (cu_k[batch]) is below the chunk's {} tokens", total_k,
                tokens);
-  KIMIRT_CHECK(max_expanded_keys == 0 || max_expanded_keys >= total_k || max_expanded_keys >= tokens,
+  KIMIRT_CHECK(max_expanded_keys == 0 || max_expanded_keys >= tokens,
                "MLA prefill: max_expanded_keys {} is below the chunk's {} tokens (a pass expands at least the "
                "chunk's own keys)",
                max_expanded_keys, tokens);

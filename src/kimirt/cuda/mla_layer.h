@@ -86,7 +86,9 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
 // counted in the block table); slots [Tq_total] (device) for the new rows. tokens and total_k: host, exactly
 // cu_q[batch] and cu_k[batch] (they bound the attention's tensor copies). max_q / max_k: host bounds.
 // max_expanded_keys: the most keys whose K and V are expanded at once (0: as many as the arena's step region
-// has room for); a longer context is attended in passes merged by their log-sum-exp.
+// has room for); a longer context is attended in passes merged by their log-sum-exp. A pass expands at least
+// the chunk's own keys, so it must be 0 or >= tokens; by default the step region must then hold the keys of
+// `tokens` plus the passes' merge buffers (about 6·tokens·heads·128 bytes), else the step throws.
 void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& dims,
                       const MlaLayerWeights& w, const MlaCacheView& cache, const __nv_bfloat16* x, int64_t tokens,
                       int batch, const int32_t* cu_q, const int32_t* cu_k, int64_t total_k, int max_q, int max_k,

@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(Params prm) {
   if (m0 >= tq) return;
   const int offset = a.causal ? tk - tq : tk;  // position of query 0 (past every key when not causal)
   const int last_q = min(m0 + kBM, tq) - 1;
-  const int n_keys = max(0, min(tk, offset + last_q + 1));  // 0 only with bad cu_k (fewer keys than queries)
+  // 0 with no key: a non-causal pass over cached rows this sequence has none of, or bad cu_k (causal, Tk < Tq).
+  const int n_keys = max(0, min(tk, offset + last_q + 1));
   const int n_tiles = (n_keys + kBN - 1) / kBN;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(Params prm) {
     }
     __syncthreads();  // the next iteration's prefetch overwrites this stage
   }
-  // A block with no key tile (only with cu_k giving a sequence fewer keys than queries) still has its first
+  // A block with no key tile (a sequence without keys in a non-causal pass, or bad cu_k) still has its first
   // copies in flight: they land before the block's shared memory is released.
   if (n_tiles == 0) detail::cp_async_wait<0>();
 
@@ -196,7 +197,7 @@ __global__ void __launch_bounds__(kThreads) mla_prefill_kernel(Params prm) {
 
 bool stride_ok(int64_t s) { return s > 0 && s % 8 == 0; }
 
-// 16 threads per (token, head) row, 8 columns each. No thread returns early: the row's lse is read by all
+// 16 threads per (token, head) row, 8 columns each. None returns before the __syncwarp: the row's lse is read by all
 // 16 and rewritten by the first after a __syncwarp.
 template <MlaMergeMode kMode>
 __global__ void merge_kernel(const MlaPrefillMergeArgs m) {

@@ -1,8 +1,10 @@
-// MLA prefill attention (§3.5 steps 4–6): causal flash attention over expanded keys, NoPE, per head
+// MLA prefill attention (§3.5 steps 4–6): flash attention over expanded keys, NoPE, per head
 // q = [q_nope(128) | q_pe(64)], k = [k_nope(128) | k_pe(64)] with k_pe shared by all heads, v (128),
 // scale 192^-½, fp32 softmax, BF16 P·V on tensor cores; optional σ(gate) output gate fused in the
 // epilogue. Varlen batch: sequence b has Tq_b queries that are the LAST Tq_b of its Tk_b key positions
-// (chunked prefill: the earlier keys come from the cached latent, expanded by kv_b_proj).
+// (chunked prefill: the earlier keys come from the cached latent, expanded by kv_b_proj), under the causal
+// mask; or, with causal = false, queries that follow all Tk_b keys (one pass over cached rows of a long
+// context, its result merged with the others' through the optional log-sum-exp output: mla_prefill_merge).
 // Heads are whatever this rank holds (TP shards by heads): nothing assumes 96.
 #pragma once
 

@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Tiny temperatures are greedy rather than scaled (sampling.h): that bounds 1/T by 1/kMinTemperature, so
   // z = v/T stays finite, and keeps z the same expression on every shard, which the cross-shard join needs
   // (a z taken relative to the row max would be relative to each shard's own max).
-  const bool greedy = !(p.temperature >= kMinTemperature) || p.top_k == 1;
+  const bool greedy = is_greedy(p);
   const float inv_t = greedy ? 1.0f : 1.0f / p.temperature;
 
   // The slice once from global memory (the first `cached` values kept in shared memory).
@@ -563,8 +563,7 @@ void validate(const SamplingParams& p) {
 }
 
 bool uses_filters(const SamplingParams& p, int64_t vocab) {
-  // The kernel's greedy rule: greedy rows ignore the filters.
-  if (!(p.temperature >= kMinTemperature) || p.top_k == 1) return false;
+  if (is_greedy(p)) return false;  // greedy rows ignore the filters
   return (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f || p.min_p > 0.0f;
 }
 

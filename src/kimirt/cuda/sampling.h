@@ -47,6 +47,11 @@ struct SamplingParams {
   uint64_t step = 0;  // per-request counter: the number of tokens sampled so far
 };
 
+// Whether row p is greedy (argmax, filters ignored): the sampling kernel and uses_filters share this rule.
+__host__ __device__ inline bool is_greedy(const SamplingParams& p) {
+  return !(p.temperature >= kMinTemperature) || p.top_k == 1;
+}
+
 // Throws kimirt::Error naming the field (temperature finite ≥ 0, top_k ≥ 0, top_p in (0, 1],
 // min_p in [0, 1]: the CPU sampler's ranges).
 void validate(const SamplingParams& p);

@@ -98,10 +98,8 @@ Act make_act(const Glu& g) {
     KIMIRT_CUDA_REQUIRE(g.beta > 0.0f && g.beta < 1e30f, "glu: SiTU beta (activation_situ_beta) ", g.beta,
                         " must be finite and positive");
     // <= 0 means absent; NaN or +inf would pass through silently or make every output NaN.
-    KIMIRT_CUDA_REQUIRE(g.linear_beta <= 0.0f || g.linear_beta < 1e30f,
-                        "glu: SiTU linear beta "
-                        "(activation_situ_linear_beta) ",
-                        g.linear_beta, " must be finite (or <= 0: absent)");
+    KIMIRT_CUDA_REQUIRE(g.linear_beta < 1e30f, "glu: SiTU linear beta (activation_situ_linear_beta) ", g.linear_beta,
+                        " must be finite (or <= 0: absent)");
   }
   Act a{g.kind == Glu::Kind::kSitu,
         g.beta,

@@ -103,8 +103,13 @@ class PlanExecutor final : public io::ReadSink {
       w.width = hi - lo;
       w.rows = rows;
       w.staging_slot = staging_slot;
-      // The target (a failed device copy, say) does not know which tensor it was moving.
-      with_context(fmt::format("{}: {}", read.shard->path().filename().string(), read.key), [&] { target_.write(w); });
+      // The target (a failed device copy, say) does not know which tensor it was moving; the name is formatted
+      // only then (this runs for every staged piece).
+      try {
+        target_.write(w);
+      } catch (const Error& e) {
+        throw Error(fmt::format("{}: {}: {}", read.shard->path().filename().string(), read.key, e.what()));
+      }
       bytes += w.width * rows;
       i += rows;
     }
