@@ -4,13 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <exception>
 #include <map>
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "kimirt/base/error.h"
 #include "kimirt/cuda/gemm_dispatch.h"
 #include "kimirt/cuda/gemm_lt.h"
 #include "kimirt/cuda/lm_head.h"
+#include "kimirt/cuda/nccl_comm.h"
 #include "kimirt/cuda/sampling.h"
 #include "test_util.h"
 
@@ -308,19 +312,31 @@ TEST(Sampling, TinyTemperaturesPickTheArgmax) {
   }
 }
 
-// The cross-shard join is exact only without filters: a sharded call flagged as filtered is refused before
-// anything runs (and so are a missing join or score scratch); unflagged or unsharded calls run.
-TEST(Sampling, ShardedLmHeadRefusesFilters) {
+// A sharded call: temperature-only rows are sampled on the shard and joined; once any row is filtered, every
+// row is sampled from the gathered vocabulary; a call without what that needs is refused before anything runs.
+// The fake cross step stands for a second rank whose logits are all -inf, so every id must be this shard's.
+TEST(Sampling, ShardedLmHeadJoinsOrGathers) {
   KIMIRT_REQUIRE_GPU();
-  struct CountingJoin : CrossShard {
-    int calls = 0;
-    void combine(cudaStream_t, float*, int32_t*, int64_t) override { ++calls; }
-  } join;
   const int64_t m = 2, hidden = 128, total = 2048, size = 1024;
+  struct FakeCross : CrossShard {
+    int joins = 0, gathers = 0;
+    int64_t size = 0;
+    void combine(cudaStream_t, float*, int32_t*, int64_t) override { ++joins; }
+    void gather_logits(cudaStream_t stream, const float* shard, int64_t ld_shard, int64_t rows, float* full,
+                       int64_t ld_full) override {
+      ++gathers;
+      std::vector<float> other(rows * ld_full, -INFINITY);
+      KIMIRT_CUDA_CHECK(cudaMemcpy(full, other.data(), other.size() * 4, cudaMemcpyHostToDevice));
+      KIMIRT_CUDA_CHECK(cudaMemcpy2DAsync(full + size, ld_full * 4, shard, ld_shard * 4, size * 4, rows,
+                                          cudaMemcpyDeviceToDevice, stream));
+    }
+  } cross;
+  cross.size = size;
   DeviceBuffer ws(8 << 20), sws(8 << 20);
   GemmLt lt(ws.data(), ws.size());
   Linear linear(lt, sws.data(), sws.size(), query_device(0).sm_count);
-  DeviceBuffer x(m * hidden * 2), w(size * hidden * 2), logits(m * size * 4), ids(m * 4), scores(m * 4);
+  DeviceBuffer x(m * hidden * 2), w(size * hidden * 2), logits(m * size * 4), ids(m * 4), scores(m * 4),
+      full(m * total * 4);
   fill_uniform(x.as<__nv_bfloat16>(), m * hidden, -1, 1, 1, nullptr);
   fill_uniform(w.as<__nv_bfloat16>(), size * hidden, -0.1f, 0.1f, 2, nullptr);
   std::vector<SamplingParams> ps(m);
@@ -329,25 +345,105 @@ TEST(Sampling, ShardedLmHeadRefusesFilters) {
   EXPECT_FALSE(uses_filters(ps[0], total));
   DeviceBuffer dp = upload(ps);
   const VocabShard shard{size, size, total};
-  auto call = [&](const VocabShard& s, bool filtered, float* scratch, CrossShard* cross) {
+  auto call = [&](const VocabShard& s, const ShardedSampling& tp) {
     lm_head_sample(linear, nullptr, x.as<__nv_bfloat16>(), m, hidden, w.as<__nv_bfloat16>(), s, logits.as<float>(),
-                   size, dp.as<SamplingParams>(), filtered, ids.as<int32_t>(), scratch, cross);
+                   size, dp.as<SamplingParams>(), ids.as<int32_t>(), tp);
   };
-  EXPECT_THROW(call(shard, true, scores.as<float>(), &join), Error);
-  EXPECT_THROW(call(shard, false, nullptr, &join), Error);
-  EXPECT_THROW(call(shard, false, scores.as<float>(), nullptr), Error);
-  EXPECT_EQ(join.calls, 0);
-  // Temperature-only rows on a shard: ids of the shard's slice, joined once.
+  EXPECT_THROW(call(shard, {&cross, scores.as<float>(), true, nullptr, 0}), Error);  // filtered, nowhere to gather
+  EXPECT_THROW(call(shard, {&cross, nullptr, false}), Error);                        // no score scratch to join
+  EXPECT_THROW(call(shard, {nullptr, scores.as<float>(), false}), Error);            // no cross step
+  EXPECT_EQ(cross.joins + cross.gathers, 0);
+  const auto shard_ids = [&] {
+    for (int32_t id : download<int32_t>(ids.data(), m)) EXPECT_TRUE(id >= size && id < total) << id;
+  };
+  // Filtered: the gathered vocabulary, sampled whole.
+  call(shard, {&cross, nullptr, true, full.as<float>(), total});
+  EXPECT_EQ(cross.gathers, 1);
+  EXPECT_EQ(cross.joins, 0);
+  shard_ids();
+  // Temperature-only rows on the shard: ids of the shard's slice, joined once.
   ps[1].top_k = 0;
   KIMIRT_CUDA_CHECK(cudaMemcpy(dp.data(), ps.data(), m * sizeof(SamplingParams), cudaMemcpyHostToDevice));
-  call(shard, false, scores.as<float>(), &join);
-  EXPECT_EQ(join.calls, 1);
-  for (int32_t id : download<int32_t>(ids.data(), m)) EXPECT_TRUE(id >= size && id < total) << id;
-  // The whole vocabulary in one shard samples any filter, without a join.
+  call(shard, {&cross, scores.as<float>(), false});
+  EXPECT_EQ(cross.joins, 1);
+  shard_ids();
+  // The whole vocabulary in one shard samples any filter, with no cross step.
   ps[1].top_k = 50;
   KIMIRT_CUDA_CHECK(cudaMemcpy(dp.data(), ps.data(), m * sizeof(SamplingParams), cudaMemcpyHostToDevice));
-  call(VocabShard{0, size, size}, true, nullptr, nullptr);
+  call(VocabShard{0, size, size}, {});
   for (int32_t id : download<int32_t>(ids.data(), m)) EXPECT_TRUE(id >= 0 && id < size) << id;
+}
+
+// Two ranks on two GPUs, each with half of the vocabulary, sample a batch of greedy, temperature-only and
+// filtered rows over NCCL (CommCrossShard): both get exactly the ids one GPU samples from the whole
+// vocabulary's logits (the shards' logits, concatenated), first joined per shard, then gathered.
+TEST(Sampling, TwoRanksSampleAsOneGpu) {
+  KIMIRT_REQUIRE_GPU();
+  int devices = 0;
+  KIMIRT_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices";
+  const int64_t m = 24, hidden = 256, total = 40960, size = total / 2;
+  std::vector<SamplingParams> ps(m);
+  for (int64_t i = 0; i < m; ++i) {
+    ps[i].seed = 1000 + i, ps[i].step = i;
+    ps[i].temperature = i % 6 == 0 ? 0.0f : 0.6f + 0.1f * (i % 5);
+  }
+  const std::vector<float> x = test::random_vec(m * hidden, 91, -1, 1), w = test::random_vec(total * hidden, 92, -1, 1);
+  const NcclId id = nccl_new_id();
+  std::vector<float> shard_logits[2];
+  std::vector<int32_t> got[2][2];  // [rank][unfiltered, filtered]
+  std::exception_ptr failure[2];
+  const auto rank_main = [&](int r) {
+    try {
+      KIMIRT_CUDA_CHECK(cudaSetDevice(r));
+      auto comm = NcclComm::create(id, 2, r, r);
+      const VocabShard shard{r * size, size, total};
+      CommCrossShard cross(*comm, shard, m);
+      DeviceBuffer ws(8 << 20), sws(8 << 20);
+      GemmLt lt(ws.data(), ws.size());
+      Linear linear(lt, sws.data(), sws.size(), query_device(r).sm_count);
+      std::vector<float> x_r = x, w_shard(w.begin() + r * size * hidden, w.begin() + (r + 1) * size * hidden);
+      DeviceBuffer dx = upload(test::to_bf16(x_r)), dw = upload(test::to_bf16(w_shard)), logits(m * size * 4),
+                   ids(m * 4), scores(m * 4), full(m * total * 4);
+      for (const bool filtered : {false, true}) {
+        std::vector<SamplingParams> p = ps;
+        if (filtered)
+          for (int64_t i = 0; i < m; ++i)
+            p[i].top_k = i % 3 == 1 ? 40 : 0, p[i].top_p = i % 3 == 2 ? 0.8f : 1.0f,
+            p[i].min_p = i % 4 == 3 ? 0.05f : 0.0f;
+        DeviceBuffer dp = upload(p);
+        lm_head_sample(linear, nullptr, dx.as<__nv_bfloat16>(), m, hidden, dw.as<__nv_bfloat16>(), shard,
+                       logits.as<float>(), size, dp.as<SamplingParams>(), ids.as<int32_t>(),
+                       {&cross, scores.as<float>(), filtered, full.as<float>(), total});
+        got[r][filtered] = download<int32_t>(ids.data(), m);
+      }
+      shard_logits[r] = download<float>(logits.data(), m * size);
+    } catch (...) {
+      failure[r] = std::current_exception();
+    }
+  };
+  std::thread t0(rank_main, 0), t1(rank_main, 1);
+  t0.join();
+  t1.join();
+  for (const auto& f : failure)
+    if (f) std::rethrow_exception(f);
+  KIMIRT_CUDA_CHECK(cudaSetDevice(0));
+  std::vector<float> whole(m * total);
+  for (int64_t i = 0; i < m; ++i)
+    for (int r = 0; r < 2; ++r)
+      std::copy_n(shard_logits[r].begin() + i * size, size, whole.begin() + i * total + r * size);
+  DeviceBuffer dwhole = upload(whole), ids(m * 4);
+  for (const bool filtered : {false, true}) {
+    std::vector<SamplingParams> p = ps;
+    if (filtered)
+      for (int64_t i = 0; i < m; ++i)
+        p[i].top_k = i % 3 == 1 ? 40 : 0, p[i].top_p = i % 3 == 2 ? 0.8f : 1.0f, p[i].min_p = i % 4 == 3 ? 0.05f : 0.0f;
+    DeviceBuffer dp = upload(p);
+    sample(nullptr, dwhole.as<float>(), total, m, total, 0, dp.as<SamplingParams>(), ids.as<int32_t>());
+    const auto want = download<int32_t>(ids.data(), m);
+    EXPECT_EQ(got[0][filtered], want) << (filtered ? "filtered" : "greedy and temperature-only") << ", rank 0";
+    EXPECT_EQ(got[1][filtered], want) << (filtered ? "filtered" : "greedy and temperature-only") << ", rank 1";
+  }
 }
 
 }  // namespace

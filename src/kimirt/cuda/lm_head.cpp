@@ -1,7 +1,8 @@
-// LM head composition.
+// LM head composition, and the cross-rank steps of a vocabulary-sharded one over a device Comm.
 #include "kimirt/cuda/lm_head.h"
 
 #include "kimirt/base/error.h"
+#include "kimirt/cuda/check.h"
 
 namespace kimirt::cuda {
 
@@ -16,23 +17,83 @@ void lm_head_logits(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
 
 void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x, int64_t m, int64_t hidden,
                     const __nv_bfloat16* w_shard, const VocabShard& shard, float* logits, int64_t ld_logits,
-                    const SamplingParams* params, bool any_filtered, int32_t* ids, float* scratch_scores,
-                    CrossShard* cross, void* sampling_workspace, uint64_t sampling_workspace_bytes) {
+                    const SamplingParams* params, int32_t* ids, const ShardedSampling& tp, void* sampling_workspace,
+                    uint64_t sampling_workspace_bytes) {
   const bool sharded = shard.size != shard.total;
   // Before any launch: a refused call leaves the stream untouched.
   if (sharded) {
-    KIMIRT_CHECK(cross, "lm_head: a vocabulary shard of {} of {} needs a cross-shard step", shard.size, shard.total);
-    KIMIRT_CHECK(scratch_scores, "lm_head: scratch_scores is null; a vocabulary shard of {} of {} joins scores",
-                 shard.size, shard.total);
-    KIMIRT_CHECK(!any_filtered,
-                 "lm_head: any_filtered is set (top-k / top-p / min-p) on a vocabulary shard [{}, {}) of {}: a shard "
-                 "would filter by its own logits, not the vocabulary's; sample the full vocabulary instead",
-                 shard.offset, shard.offset + shard.size, shard.total);
+    KIMIRT_CHECK(tp.cross, "lm_head: a vocabulary shard [{}, {}) of {} needs a cross-shard step", shard.offset,
+                 shard.offset + shard.size, shard.total);
+    if (tp.any_filtered) {
+      KIMIRT_CHECK(tp.full_logits && tp.ld_full >= shard.total,
+                   "lm_head: filtered rows on a vocabulary shard sample the gathered vocabulary: full_logits [{}, {}] "
+                   "is {} (row stride {})",
+                   m, shard.total, tp.full_logits ? "set" : "null", tp.ld_full);
+    } else {
+      KIMIRT_CHECK(tp.scratch_scores, "lm_head: scratch_scores is null; a vocabulary shard of {} of {} joins scores",
+                   shard.size, shard.total);
+    }
   }
   lm_head_logits(linear, stream, x, m, hidden, w_shard, shard, logits, ld_logits);
-  sample(stream, logits, ld_logits, m, shard.size, shard.offset, params, ids, scratch_scores, sampling_workspace,
-         sampling_workspace_bytes);
-  if (sharded) cross->combine(stream, scratch_scores, ids, m);
+  if (sharded && tp.any_filtered) {
+    // Top-k, top-p and min-p are statistics of the whole vocabulary: every rank samples it, identically.
+    tp.cross->gather_logits(stream, logits, ld_logits, m, tp.full_logits, tp.ld_full);
+    sample(stream, tp.full_logits, tp.ld_full, m, shard.total, 0, params, ids, nullptr, sampling_workspace,
+           sampling_workspace_bytes);
+    return;
+  }
+  sample(stream, logits, ld_logits, m, shard.size, shard.offset, params, ids, sharded ? tp.scratch_scores : nullptr,
+         sampling_workspace, sampling_workspace_bytes);
+  if (sharded) tp.cross->combine(stream, tp.scratch_scores, ids, m);
+}
+
+CommCrossShard::CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows)
+    : comm_(comm), shard_(shard), max_rows_(max_rows) {
+  const int64_t ranks = comm.size();
+  KIMIRT_CHECK(
+      max_rows > 0 && shard.size > 0 && shard.size * ranks == shard.total && shard.offset == shard.size * comm.rank(),
+      "lm_head: rank {} of {} holds the vocabulary shard [{}, {}) of {} (max_rows {}); the cross-shard step "
+      "needs equal shards in rank order",
+      comm.rank(), ranks, shard.offset, shard.offset + shard.size, shard.total, max_rows);
+  scores_ = DeviceBuffer(static_cast<uint64_t>(ranks * max_rows) * 4);
+  ids_ = DeviceBuffer(static_cast<uint64_t>(ranks * max_rows) * 4);
+  logits_ = DeviceBuffer(static_cast<uint64_t>((ranks + 1) * max_rows * shard.size) * 4);  // + the send slice
+}
+
+void CommCrossShard::combine(cudaStream_t stream, float* scores, int32_t* ids, int64_t rows) {
+  KIMIRT_CHECK(rows >= 0 && rows <= max_rows_, "lm_head: {} rows to join, the cross-shard step holds {}", rows,
+               max_rows_);
+  if (rows == 0) return;
+  // Rank r's candidates land at [r][rows].
+  comm_.all_gather(scores, scores_.data(), static_cast<size_t>(rows), DType::kF32, stream);
+  comm_.all_gather(ids, ids_.data(), static_cast<size_t>(rows), DType::kI32, stream);
+  join_candidates(stream, scores_.as<float>(), ids_.as<int32_t>(), comm_.size(), rows, rows, scores, ids);
+}
+
+void CommCrossShard::gather_logits(cudaStream_t stream, const float* shard_logits, int64_t ld_shard, int64_t rows,
+                                   float* full, int64_t ld_full) {
+  KIMIRT_CHECK(rows >= 0 && rows <= max_rows_ && ld_shard >= shard_.size && ld_full >= shard_.total,
+               "lm_head: gathering {} rows of logits (row strides {} and {}) for shards of {} of {}, {} rows at most",
+               rows, ld_shard, ld_full, shard_.size, shard_.total, max_rows_);
+  if (rows == 0) return;
+  const int ranks = comm_.size();
+  const size_t width = static_cast<size_t>(shard_.size) * 4;
+  // The gather sends one contiguous block: the shard's rows packed first unless they are already.
+  float* gathered = logits_.as<float>();
+  const float* send = shard_logits;
+  if (ld_shard != shard_.size) {
+    float* packed = gathered + static_cast<int64_t>(ranks) * max_rows_ * shard_.size;
+    KIMIRT_CUDA_CHECK(cudaMemcpy2DAsync(packed, width, shard_logits, static_cast<size_t>(ld_shard) * 4, width,
+                                        static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream));
+    send = packed;
+  }
+  comm_.all_gather(send, gathered, static_cast<size_t>(rows * shard_.size), DType::kF32, stream);
+  // [rank][rows][shard] -> [rows][rank·shard + i].
+  for (int r = 0; r < ranks; ++r) {
+    KIMIRT_CUDA_CHECK(cudaMemcpy2DAsync(full + static_cast<int64_t>(r) * shard_.size, static_cast<size_t>(ld_full) * 4,
+                                        gathered + static_cast<int64_t>(r) * rows * shard_.size, width, width,
+                                        static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream));
+  }
 }
 
 }  // namespace kimirt::cuda

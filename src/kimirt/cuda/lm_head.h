@@ -1,6 +1,6 @@
 // LM head on the GPU: fp32 logits of this rank's vocabulary slice (lm_head.weight shards by vocab rows
-// under TP), then sampling (sampling.h). The step that joins the shards' candidates is an interface
-// (CrossShard) that the parallel layer implements over NCCL; with one rank it is the identity.
+// under TP), then sampling (sampling.h). The steps across the shards are an interface (CrossShard),
+// implemented over a device Comm (NcclComm) by CommCrossShard; with one rank there is none.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,7 +8,9 @@
 
 #include <cstdint>
 
+#include "kimirt/comm/comm.h"
 #include "kimirt/cuda/gemm_dispatch.h"
+#include "kimirt/cuda/memory.h"
 #include "kimirt/cuda/sampling.h"
 
 namespace kimirt::cuda {
@@ -23,29 +25,55 @@ struct VocabShard {
 void lm_head_logits(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x, int64_t m, int64_t hidden,
                     const __nv_bfloat16* w_shard, const VocabShard& shard, float* logits, int64_t ld_logits);
 
-// Joins per-shard (score, id) candidates into the global pick, in place on every rank: for each row keep
-// the pair with the larger score (ties: lower id). Exact for greedy and temperature-only sampling
-// (Gumbel-max is separable, and every shard draws a token's noise from its global id); rows with top-k /
-// top-p / min-p would need the shards' statistics first (an all-reduce of the max, then of the radix
-// histograms, before sampling), which nothing implements: lm_head_sample refuses them.
+// The cross-rank steps of a vocabulary-sharded LM head (every rank holds the same rows, its own slice of the
+// vocabulary). combine joins the shards' candidates in place on every rank: per row the (score, id) pair with
+// the larger score (ties: lower id); that is exact for greedy and temperature-only sampling (Gumbel-max is
+// separable, and every shard draws a token's noise from its global id). Top-k, top-p and min-p need the
+// whole vocabulary's logits instead: gather_logits assembles them on every rank, in vocabulary order.
 class CrossShard {
  public:
   virtual ~CrossShard() = default;
   virtual void combine(cudaStream_t stream, float* scores, int32_t* ids, int64_t rows) = 0;
+  // shard_logits [rows, shard size] (row stride ld_shard) of every rank -> full [rows, vocabulary] (ld_full).
+  virtual void gather_logits(cudaStream_t stream, const float* shard_logits, int64_t ld_shard, int64_t rows,
+                             float* full, int64_t ld_full) = 0;
 };
 
-// Logits, per-shard sampling and the cross-shard join; ids [m] on the device. cross may be null when
-// shard covers the whole vocabulary. scratch_scores: [m] fp32 device (needed when sharded).
-// sampling_workspace: see sample().
-// any_filtered: whether any row of params uses_filters(row, shard.total) (sampling.h). The params live on
-// the device, where the host cannot look without a sync, so the caller, who filled them, says; a sharded
-// call with any_filtered throws before launching anything, since each shard would keep its own top k / top
-// p / min p instead of the vocabulary's and sample from the wrong distribution. Serve such batches from
-// logits gathered to one rank (sample() over the full vocabulary), or unsharded. Unsharded calls ignore it.
-// Under stream capture the check runs once, at capture: the flag must hold for every replay.
+// CrossShard over a Comm whose buffers live on the device (NcclComm), for shards of equal size (rank r holds
+// ids [r·size, (r+1)·size)): its gather buffers, for up to max_rows rows, are allocated here, at set-up.
+class CommCrossShard final : public CrossShard {
+ public:
+  CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows);
+  void combine(cudaStream_t stream, float* scores, int32_t* ids, int64_t rows) override;
+  void gather_logits(cudaStream_t stream, const float* shard_logits, int64_t ld_shard, int64_t rows, float* full,
+                     int64_t ld_full) override;
+
+ private:
+  Comm& comm_;
+  VocabShard shard_;
+  int64_t max_rows_;
+  DeviceBuffer scores_, ids_, logits_;  // [ranks][max_rows] each; [ranks][max_rows][shard size]
+};
+
+// What a vocabulary-sharded call needs (unused when the shard is the whole vocabulary).
+struct ShardedSampling {
+  CrossShard* cross = nullptr;
+  float* scratch_scores = nullptr;  // [m] fp32: the shard's winning scores, joined by combine
+  // Whether any row of the params uses_filters(row, vocabulary) (sampling.h). The params live on the device,
+  // where the host cannot look without a sync, so the caller, who filled them, says. Then every row is
+  // sampled from the gathered vocabulary in full_logits ([m, vocabulary] fp32, row stride ld_full) on every
+  // rank: the same logits, params and seeds give every rank the same ids. Under stream capture the choice is
+  // made once, at capture: the flag must hold for every replay.
+  bool any_filtered = false;
+  float* full_logits = nullptr;
+  int64_t ld_full = 0;
+};
+
+// Logits, sampling and, when sharded, the cross-rank step; ids [m] on the device. sampling_workspace: see
+// sample(). Throws before launching anything when a sharded call lacks what `tp` must hold.
 void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x, int64_t m, int64_t hidden,
                     const __nv_bfloat16* w_shard, const VocabShard& shard, float* logits, int64_t ld_logits,
-                    const SamplingParams* params, bool any_filtered, int32_t* ids, float* scratch_scores,
-                    CrossShard* cross, void* sampling_workspace = nullptr, uint64_t sampling_workspace_bytes = 0);
+                    const SamplingParams* params, int32_t* ids, const ShardedSampling& tp = {},
+                    void* sampling_workspace = nullptr, uint64_t sampling_workspace_bytes = 0);
 
 }  // namespace kimirt::cuda

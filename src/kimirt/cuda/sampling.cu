@@ -552,6 +552,23 @@ Launch plan_launch(int64_t rows, int64_t vocab, bool have_workspace) {
   return l;
 }
 
+// join_candidates: one thread per row.
+__global__ void join_candidates_kernel(const float* __restrict__ scores, const int32_t* __restrict__ ids, int ranks,
+                                       int64_t stride, int64_t rows, float* __restrict__ out_scores,
+                                       int32_t* __restrict__ out_ids) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  float best = scores[row];
+  int32_t best_id = ids[row];
+  for (int r = 1; r < ranks; ++r) {
+    const float s = scores[r * stride + row];
+    const int32_t id = ids[r * stride + row];
+    if (s > best || (s == best && id < best_id)) best = s, best_id = id;
+  }
+  out_scores[row] = best;
+  out_ids[row] = best_id;
+}
+
 }  // namespace
 
 void validate(const SamplingParams& p) {
@@ -596,6 +613,17 @@ void sample(cudaStream_t stream, const float* logits, int64_t ld, int64_t rows, 
   sample_kernel<<<grid, kThreads, l.smem, stream>>>(logits, ld, static_cast<int>(vocab), vocab_offset, params, out_ids,
                                                     out_scores, static_cast<RowScratch*>(workspace), l.blocks, l.chunk,
                                                     l.cached);
+  KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+void join_candidates(cudaStream_t stream, const float* scores, const int32_t* ids, int ranks, int64_t stride,
+                     int64_t rows, float* out_scores, int32_t* out_ids) {
+  KIMIRT_CUDA_REQUIRE(ranks > 0 && rows >= 0 && stride >= rows, "join_candidates: ranks ", ranks, ", rows ", rows,
+                      ", stride ", stride);
+  if (rows == 0) return;
+  KIMIRT_CUDA_REQUIRE(scores && ids && out_scores && out_ids, "join_candidates: null pointer");
+  join_candidates_kernel<<<static_cast<unsigned>((rows + 127) / 128), 128, 0, stream>>>(scores, ids, ranks, stride,
+                                                                                        rows, out_scores, out_ids);
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 

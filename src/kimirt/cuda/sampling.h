@@ -74,4 +74,9 @@ void sample(cudaStream_t stream, const float* logits, int64_t ld, int64_t rows, 
             const SamplingParams* params, int32_t* out_ids, float* out_scores = nullptr, void* workspace = nullptr,
             uint64_t workspace_bytes = 0);
 
+// The cross-shard join: per row, the best of `ranks` candidates (scores and ids [ranks][stride], device) by
+// sample()'s own rule, the larger score and ties to the lower id, into out_scores / out_ids [rows].
+void join_candidates(cudaStream_t stream, const float* scores, const int32_t* ids, int ranks, int64_t stride,
+                     int64_t rows, float* out_scores, int32_t* out_ids);
+
 }  // namespace kimirt::cuda
