@@ -102,8 +102,7 @@ TEST(DeviceLoadTarget, K3TinyMatchesTheHostLoadByteForByte) {
 // (created on device 0) on its own streams, which fails: fences then did not wait, and staging buffers could
 // be freed under running copies.
 TEST(DeviceLoadTarget, LoadsOntoAGpuOtherThanTheCurrentOne) {
-  KIMIRT_REQUIRE_GPU();
-  if (device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  KIMIRT_REQUIRE_TWO_GPUS();
   const Opened o = open_k3_tiny();
   expect_same_as_host(o, model::ParallelMapping{}, 64 << 10, 1);
 }

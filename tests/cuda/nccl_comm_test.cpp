@@ -42,71 +42,61 @@ TEST(NcclComm, OneRankCollectives) {
   EXPECT_EQ(test::download<float>(buf.data(), values.size()), values);
 }
 
+// Rank 0 writes the id, and removes it once every rank has joined: a later launch on the same path must not
+// read this one's id. A second bootstrap on the path works the same way.
 TEST(NcclComm, IdFileBootstrapWithOneRank) {
   KIMIRT_REQUIRE_GPU();
   const auto path = std::filesystem::temp_directory_path() / "kimirt-nccl-id-test";
   std::filesystem::remove(path);
-  auto comm = NcclComm::from_id_file(path, 1, 0, 0);
-  EXPECT_TRUE(std::filesystem::exists(path));
-  EXPECT_EQ(comm->rank(), 0);
-  std::filesystem::remove(path);
+  for (int launch = 0; launch < 2; ++launch) {
+    auto comm = NcclComm::from_id_file(path, 1, 0, 0);
+    EXPECT_EQ(comm->rank(), 0);
+    EXPECT_FALSE(std::filesystem::exists(path)) << "launch " << launch << ": the id outlived the bootstrap";
+  }
 }
 
 // Rank r holds (r + 1)·(i + 1) at i; each collective's result is known in closed form.
 TEST(NcclComm, TwoRanksOnTwoGpus) {
-  KIMIRT_REQUIRE_GPU();
-  int devices = 0;
-  KIMIRT_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices";
+  KIMIRT_REQUIRE_TWO_GPUS();
   const NcclId id = nccl_new_id();
-  std::exception_ptr failure[2];
-  const auto rank_main = [&](int r) {
-    try {
-      KIMIRT_CUDA_CHECK(cudaSetDevice(r));
-      auto comm = NcclComm::create(id, 2, r, r);
-      EXPECT_EQ(comm->device(), r);
-      const auto seq = [&](int n, float base) {
-        std::vector<float> v(n);
-        for (int i = 0; i < n; ++i) v[i] = base * static_cast<float>(i + 1);
-        return v;
-      };
-      auto buf = test::upload(seq(4, r + 1.0f));
-      comm->all_reduce_sum(buf.data(), 4, DType::kF32);
-      auto gathered = test::upload(std::vector<float>(8, -1.0f));
-      comm->all_gather(buf.data(), gathered.data(), 4, DType::kF32);
-      auto send8 = test::upload(seq(8, r + 1.0f)), scattered = test::upload(std::vector<float>(4, -1.0f));
-      comm->reduce_scatter_sum(send8.data(), scattered.data(), 4, DType::kF32);
-      auto bcast = test::upload(seq(4, r + 1.0f));
-      comm->broadcast(bcast.data(), 4, DType::kF32, 1);
-      // Rank 0 sends 1 value to itself and 2 to rank 1; rank 1 sends 3 to rank 0 and 1 to itself.
-      const std::vector<size_t> send_counts = r == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{3, 1};
-      const std::vector<size_t> recv_counts = r == 0 ? std::vector<size_t>{1, 3} : std::vector<size_t>{2, 1};
-      std::vector<float> a2a(4);
-      for (int k = 0; k < 4; ++k) a2a[k] = 10.0f * r + k;
-      auto a2a_send = test::upload(a2a), a2a_recv = test::upload(std::vector<float>(4, -1.0f));
-      comm->all_to_all_v(a2a_send.data(), send_counts, a2a_recv.data(), recv_counts, DType::kF32);
-      comm->barrier();
-      std::vector<float> reduced = seq(4, 3.0f), all = seq(4, 3.0f), bc = seq(4, 2.0f);
-      all.insert(all.end(), reduced.begin(), reduced.end());  // both ranks hold the sum by then
-      std::vector<float> sc(4);
-      for (int i = 0; i < 4; ++i) sc[i] = 3.0f * static_cast<float>(4 * r + i + 1);
-      EXPECT_EQ(test::download<float>(buf.data(), 4), reduced) << "all_reduce_sum, rank " << r;
-      EXPECT_EQ(test::download<float>(gathered.data(), 8), all) << "all_gather, rank " << r;
-      EXPECT_EQ(test::download<float>(scattered.data(), 4), sc) << "reduce_scatter_sum, rank " << r;
-      EXPECT_EQ(test::download<float>(bcast.data(), 4), bc) << "broadcast from rank 1, rank " << r;
-      const std::vector<float> want_a2a = r == 0 ? std::vector<float>{0, 10, 11, 12} : std::vector<float>{1, 2, 13};
-      EXPECT_EQ(test::download<float>(a2a_recv.data(), want_a2a.size()), want_a2a) << "all_to_all_v, rank " << r;
-      auto alone = comm->split(r, 0);
-      EXPECT_EQ(alone->size(), 1);
-    } catch (...) {
-      failure[r] = std::current_exception();
-    }
-  };
-  std::thread t0(rank_main, 0), t1(rank_main, 1);
-  t0.join();
-  t1.join();
-  for (const auto& f : failure)
-    if (f) std::rethrow_exception(f);
+  test::on_two_ranks([&](int r) {
+    KIMIRT_CUDA_CHECK(cudaSetDevice(r));
+    auto comm = NcclComm::create(id, 2, r, r);
+    EXPECT_EQ(comm->device(), r);
+    const auto seq = [&](int n, float base) {
+      std::vector<float> v(n);
+      for (int i = 0; i < n; ++i) v[i] = base * static_cast<float>(i + 1);
+      return v;
+    };
+    auto buf = test::upload(seq(4, r + 1.0f));
+    comm->all_reduce_sum(buf.data(), 4, DType::kF32);
+    auto gathered = test::upload(std::vector<float>(8, -1.0f));
+    comm->all_gather(buf.data(), gathered.data(), 4, DType::kF32);
+    auto send8 = test::upload(seq(8, r + 1.0f)), scattered = test::upload(std::vector<float>(4, -1.0f));
+    comm->reduce_scatter_sum(send8.data(), scattered.data(), 4, DType::kF32);
+    auto bcast = test::upload(seq(4, r + 1.0f));
+    comm->broadcast(bcast.data(), 4, DType::kF32, 1);
+    // Rank 0 sends 1 value to itself and 2 to rank 1; rank 1 sends 3 to rank 0 and 1 to itself.
+    const std::vector<size_t> send_counts = r == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{3, 1};
+    const std::vector<size_t> recv_counts = r == 0 ? std::vector<size_t>{1, 3} : std::vector<size_t>{2, 1};
+    std::vector<float> a2a(4);
+    for (int k = 0; k < 4; ++k) a2a[k] = 10.0f * r + k;
+    auto a2a_send = test::upload(a2a), a2a_recv = test::upload(std::vector<float>(4, -1.0f));
+    comm->all_to_all_v(a2a_send.data(), send_counts, a2a_recv.data(), recv_counts, DType::kF32);
+    comm->barrier();
+    std::vector<float> reduced = seq(4, 3.0f), all = seq(4, 3.0f), bc = seq(4, 2.0f);
+    all.insert(all.end(), reduced.begin(), reduced.end());  // both ranks hold the sum by then
+    std::vector<float> sc(4);
+    for (int i = 0; i < 4; ++i) sc[i] = 3.0f * static_cast<float>(4 * r + i + 1);
+    EXPECT_EQ(test::download<float>(buf.data(), 4), reduced) << "all_reduce_sum, rank " << r;
+    EXPECT_EQ(test::download<float>(gathered.data(), 8), all) << "all_gather, rank " << r;
+    EXPECT_EQ(test::download<float>(scattered.data(), 4), sc) << "reduce_scatter_sum, rank " << r;
+    EXPECT_EQ(test::download<float>(bcast.data(), 4), bc) << "broadcast from rank 1, rank " << r;
+    const std::vector<float> want_a2a = r == 0 ? std::vector<float>{0, 10, 11, 12} : std::vector<float>{1, 2, 13};
+    EXPECT_EQ(test::download<float>(a2a_recv.data(), want_a2a.size()), want_a2a) << "all_to_all_v, rank " << r;
+    auto alone = comm->split(r, 0);
+    EXPECT_EQ(alone->size(), 1);
+  });
 }
 
 TEST(NcclComm, BadRankIsAnError) {

@@ -16,6 +16,7 @@
 #include "kimirt/cuda/lm_head.h"
 #include "kimirt/cuda/nccl_comm.h"
 #include "kimirt/cuda/sampling.h"
+#include "kimirt/cuda/stream.h"
 #include "test_util.h"
 
 namespace kimirt::cuda {
@@ -321,6 +322,7 @@ TEST(Sampling, ShardedLmHeadJoinsOrGathers) {
   struct FakeCross : CrossShard {
     int joins = 0, gathers = 0;
     int64_t size = 0;
+    int64_t max_rows() const override { return 2; }
     void combine(cudaStream_t, float*, int32_t*, int64_t) override { ++joins; }
     void gather_logits(cudaStream_t stream, const float* shard, int64_t ld_shard, int64_t rows, float* full,
                        int64_t ld_full) override {
@@ -376,12 +378,11 @@ TEST(Sampling, ShardedLmHeadJoinsOrGathers) {
 
 // Two ranks on two GPUs, each with half of the vocabulary, sample a batch of greedy, temperature-only and
 // filtered rows over NCCL (CommCrossShard): both get exactly the ids one GPU samples from the whole
-// vocabulary's logits (the shards' logits, concatenated), first joined per shard, then gathered.
+// vocabulary's logits (the shards' logits, concatenated), first joined per shard, then gathered. Padded row
+// strides (the shard's rows are packed before the gather, the full rows land strided), room for more rows
+// than the call has, and a stream of its own.
 TEST(Sampling, TwoRanksSampleAsOneGpu) {
-  KIMIRT_REQUIRE_GPU();
-  int devices = 0;
-  KIMIRT_CUDA_CHECK(cudaGetDeviceCount(&devices));
-  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices";
+  KIMIRT_REQUIRE_TWO_GPUS();
   const int64_t m = 24, hidden = 256, total = 40960, size = total / 2;
   std::vector<SamplingParams> ps(m);
   for (int64_t i = 0; i < m; ++i) {
@@ -392,41 +393,36 @@ TEST(Sampling, TwoRanksSampleAsOneGpu) {
   const NcclId id = nccl_new_id();
   std::vector<float> shard_logits[2];
   std::vector<int32_t> got[2][2];  // [rank][unfiltered, filtered]
-  std::exception_ptr failure[2];
-  const auto rank_main = [&](int r) {
-    try {
-      KIMIRT_CUDA_CHECK(cudaSetDevice(r));
-      auto comm = NcclComm::create(id, 2, r, r);
-      const VocabShard shard{r * size, size, total};
-      CommCrossShard cross(*comm, shard, m);
-      DeviceBuffer ws(8 << 20), sws(8 << 20);
-      GemmLt lt(ws.data(), ws.size());
-      Linear linear(lt, sws.data(), sws.size(), query_device(r).sm_count);
-      std::vector<float> x_r = x, w_shard(w.begin() + r * size * hidden, w.begin() + (r + 1) * size * hidden);
-      DeviceBuffer dx = upload(test::to_bf16(x_r)), dw = upload(test::to_bf16(w_shard)), logits(m * size * 4),
-                   ids(m * 4), scores(m * 4), full(m * total * 4);
-      for (const bool filtered : {false, true}) {
-        std::vector<SamplingParams> p = ps;
-        if (filtered)
-          for (int64_t i = 0; i < m; ++i)
-            p[i].top_k = i % 3 == 1 ? 40 : 0, p[i].top_p = i % 3 == 2 ? 0.8f : 1.0f,
-            p[i].min_p = i % 4 == 3 ? 0.05f : 0.0f;
-        DeviceBuffer dp = upload(p);
-        lm_head_sample(linear, nullptr, dx.as<__nv_bfloat16>(), m, hidden, dw.as<__nv_bfloat16>(), shard,
-                       logits.as<float>(), size, dp.as<SamplingParams>(), ids.as<int32_t>(),
-                       {&cross, scores.as<float>(), filtered, full.as<float>(), total});
-        got[r][filtered] = download<int32_t>(ids.data(), m);
-      }
-      shard_logits[r] = download<float>(logits.data(), m * size);
-    } catch (...) {
-      failure[r] = std::current_exception();
+  test::on_two_ranks([&](int r) {
+    KIMIRT_CUDA_CHECK(cudaSetDevice(r));
+    auto comm = NcclComm::create(id, 2, r, r);
+    const VocabShard shard{r * size, size, total};
+    CommCrossShard cross(*comm, shard, m + 3, r);
+    Stream stream;
+    const int64_t ld = size + 16, ld_full = total + 32;
+    DeviceBuffer ws(8 << 20), sws(8 << 20);
+    GemmLt lt(ws.data(), ws.size());
+    Linear linear(lt, sws.data(), sws.size(), query_device(r).sm_count);
+    std::vector<float> x_r = x, w_shard(w.begin() + r * size * hidden, w.begin() + (r + 1) * size * hidden);
+    DeviceBuffer dx = upload(test::to_bf16(x_r)), dw = upload(test::to_bf16(w_shard)), logits(m * ld * 4), ids(m * 4),
+                 scores(m * 4), full(m * ld_full * 4);
+    for (const bool filtered : {false, true}) {
+      std::vector<SamplingParams> p = ps;
+      if (filtered)
+        for (int64_t i = 0; i < m; ++i)
+          p[i].top_k = i % 3 == 1 ? 40 : 0, p[i].top_p = i % 3 == 2 ? 0.8f : 1.0f,
+          p[i].min_p = i % 4 == 3 ? 0.05f : 0.0f;
+      DeviceBuffer dp = upload(p);
+      lm_head_sample(linear, stream, dx.as<__nv_bfloat16>(), m, hidden, dw.as<__nv_bfloat16>(), shard,
+                     logits.as<float>(), ld, dp.as<SamplingParams>(), ids.as<int32_t>(),
+                     {&cross, scores.as<float>(), filtered, full.as<float>(), ld_full});
+      stream.synchronize();
+      got[r][filtered] = download<int32_t>(ids.data(), m);
     }
-  };
-  std::thread t0(rank_main, 0), t1(rank_main, 1);
-  t0.join();
-  t1.join();
-  for (const auto& f : failure)
-    if (f) std::rethrow_exception(f);
+    const auto padded = download<float>(logits.data(), m * ld);
+    for (int64_t i = 0; i < m; ++i)
+      shard_logits[r].insert(shard_logits[r].end(), padded.begin() + i * ld, padded.begin() + i * ld + size);
+  });
   KIMIRT_CUDA_CHECK(cudaSetDevice(0));
   std::vector<float> whole(m * total);
   for (int64_t i = 0; i < m; ++i)

@@ -7,8 +7,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kimirt/cuda/check.h"
@@ -22,7 +25,36 @@
     if (!::kimirt::cuda::gpu_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
+#define KIMIRT_REQUIRE_TWO_GPUS()                                                     \
+  do {                                                                                \
+    KIMIRT_REQUIRE_GPU();                                                             \
+    if (::kimirt::cuda::device_count() < 2) GTEST_SKIP() << "needs two CUDA devices"; \
+  } while (0)
+
 namespace kimirt::cuda::test {
+
+// Runs rank(0) and rank(1) on two threads (the ranks of a two-GPU test, each making its device current),
+// then rethrows the first exception either threw. A rank that fails before a collective leaves the other
+// waiting in it: the test then times out rather than fails, so the failure is printed as it happens.
+template <class Rank>
+void on_two_ranks(Rank&& rank) {
+  std::exception_ptr failure[2];
+  const auto run = [&](int r) {
+    try {
+      rank(r);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d failed: %s\n", r, e.what());
+      failure[r] = std::current_exception();
+    } catch (...) {
+      failure[r] = std::current_exception();
+    }
+  };
+  std::thread t0(run, 0), t1(run, 1);
+  t0.join();
+  t1.join();
+  for (const auto& f : failure)
+    if (f) std::rethrow_exception(f);
+}
 
 inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 rng(seed);

@@ -24,6 +24,7 @@ void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
   if (sharded) {
     KIMIRT_CHECK(tp.cross, "lm_head: a vocabulary shard [{}, {}) of {} needs a cross-shard step", shard.offset,
                  shard.offset + shard.size, shard.total);
+    KIMIRT_CHECK(m <= tp.cross->max_rows(), "lm_head: {} rows, the cross-shard step holds {}", m, tp.cross->max_rows());
     if (tp.any_filtered) {
       KIMIRT_CHECK(tp.full_logits && tp.ld_full >= shard.total,
                    "lm_head: filtered rows on a vocabulary shard sample the gathered vocabulary: full_logits [{}, {}] "
@@ -47,8 +48,9 @@ void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
   if (sharded) tp.cross->combine(stream, tp.scratch_scores, ids, m);
 }
 
-CommCrossShard::CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows)
+CommCrossShard::CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows, int device)
     : comm_(comm), shard_(shard), max_rows_(max_rows) {
+  const DeviceGuard on_device(device);
   const int64_t ranks = comm.size();
   KIMIRT_CHECK(
       max_rows > 0 && shard.size > 0 && shard.size * ranks == shard.total && shard.offset == shard.size * comm.rank(),

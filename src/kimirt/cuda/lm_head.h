@@ -33,6 +33,8 @@ void lm_head_logits(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
 class CrossShard {
  public:
   virtual ~CrossShard() = default;
+  // The most rows one call may join or gather (lm_head_sample checks it before launching anything).
+  virtual int64_t max_rows() const = 0;
   virtual void combine(cudaStream_t stream, float* scores, int32_t* ids, int64_t rows) = 0;
   // shard_logits [rows, shard size] (row stride ld_shard) of every rank -> full [rows, vocabulary] (ld_full).
   virtual void gather_logits(cudaStream_t stream, const float* shard_logits, int64_t ld_shard, int64_t rows,
@@ -40,10 +42,13 @@ class CrossShard {
 };
 
 // CrossShard over a Comm whose buffers live on the device (NcclComm), for shards of equal size (rank r holds
-// ids [r·size, (r+1)·size)): its gather buffers, for up to max_rows rows, are allocated here, at set-up.
+// ids [r·size, (r+1)·size)): its gather buffers, for up to max_rows rows, are allocated here, at set-up, on
+// `device` (the comm's). They hold (ranks + 1)·max_rows·size fp32 logits: 377 MB at TP 8 over 163840 ids
+// and 512 rows.
 class CommCrossShard final : public CrossShard {
  public:
-  CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows);
+  CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows, int device);
+  int64_t max_rows() const override { return max_rows_; }
   void combine(cudaStream_t stream, float* scores, int32_t* ids, int64_t rows) override;
   void gather_logits(cudaStream_t stream, const float* shard_logits, int64_t ld_shard, int64_t rows, float* full,
                      int64_t ld_full) override;

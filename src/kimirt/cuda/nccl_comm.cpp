@@ -7,9 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "kimirt/cuda/device.h"
 
 #ifdef KIMIRT_HAVE_MPI
 #include <mpi.h>
@@ -60,8 +63,17 @@ int env_int(const char* name, int fallback) {
 }  // namespace
 
 struct NcclComm::Impl {
+  int device = 0;
   ncclComm_t comm = nullptr;
   int* scratch = nullptr;  // one int of device memory for barrier()
+  explicit Impl(int device_) : device(device_) {}
+  // Here rather than in ~NcclComm, so that a create() or split() that throws after ncclCommInitRank /
+  // ncclCommSplit frees what it made.
+  ~Impl() {
+    const DeviceGuard on_device(device, std::nothrow);
+    if (scratch) cudaFree(scratch);
+    if (comm) ncclCommDestroy(comm);
+  }
 };
 
 NcclId nccl_new_id() {
@@ -94,12 +106,7 @@ ProcessRank process_rank_from_env() {
 NcclComm::NcclComm(std::unique_ptr<Impl> impl, int rank, int size, int device)
     : impl_(std::move(impl)), rank_(rank), size_(size), device_(device) {}
 
-NcclComm::~NcclComm() {
-  if (!impl_) return;
-  cudaSetDevice(device_);
-  if (impl_->scratch) cudaFree(impl_->scratch);
-  if (impl_->comm) ncclCommDestroy(impl_->comm);
-}
+NcclComm::~NcclComm() = default;  // Impl frees, on its device
 
 std::unique_ptr<NcclComm> NcclComm::create(const NcclId& id, int world_size, int rank, int device) {
   KIMIRT_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "NCCL: rank {} outside a world of {}", rank,
@@ -107,7 +114,7 @@ std::unique_ptr<NcclComm> NcclComm::create(const NcclId& id, int world_size, int
   KIMIRT_CUDA_CHECK(cudaSetDevice(device));
   ncclUniqueId nid;
   std::memcpy(&nid, id.data(), sizeof(nid));
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<Impl>(device);
   KIMIRT_NCCL_CHECK(ncclCommInitRank(&impl->comm, world_size, nid, rank));
   KIMIRT_CUDA_CHECK(cudaMalloc(&impl->scratch, sizeof(int)));
   return std::unique_ptr<NcclComm>(new NcclComm(std::move(impl), rank, world_size, device));
@@ -138,7 +145,14 @@ std::unique_ptr<NcclComm> NcclComm::from_id_file(const std::filesystem::path& id
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  return create(id, world_size, rank, device);
+  auto comm = create(id, world_size, rank, device);
+  // Every rank has read the id once create() returns (it is collective): a later launch on the same path
+  // must not find this one's id and join a communicator that no longer exists.
+  if (rank == 0) {
+    std::error_code ec;
+    std::filesystem::remove(id_file, ec);
+  }
+  return comm;
 }
 
 std::unique_ptr<NcclComm> NcclComm::from_mpi(int device) {
@@ -156,7 +170,7 @@ std::unique_ptr<NcclComm> NcclComm::from_mpi(int device) {
 #else
   (void)device;
   fail("NCCL: launched under MPI, but this kimirt was built without MPI (install libopenmpi-dev and rebuild), "
-       "or start the ranks with KIMIRT_RANK/KIMIRT_WORLD_SIZE and --nccl-id-file");
+       "or run the ranks in one process (--tp N over the GPUs of one machine)");
 #endif
 }
 
@@ -184,6 +198,13 @@ void NcclComm::all_to_all_v(const void* send, std::span<const size_t> send_count
   const ncclDataType_t type = nccl_type(dtype);
   size_t send_offset = 0, recv_offset = 0;
   KIMIRT_NCCL_CHECK(ncclGroupStart());
+  // A failed send or receive must not leave this thread inside the group (every later call would be deferred).
+  struct GroupEnd {
+    bool open = true;
+    ~GroupEnd() {
+      if (open) ncclGroupEnd();
+    }
+  } group;
   for (size_t r = 0; r < n; ++r) {
     const int peer = static_cast<int>(r);
     if (send_counts[r]) {
@@ -197,6 +218,7 @@ void NcclComm::all_to_all_v(const void* send, std::span<const size_t> send_count
     send_offset += send_counts[r];
     recv_offset += recv_counts[r];
   }
+  group.open = false;
   KIMIRT_NCCL_CHECK(ncclGroupEnd());
 }
 
@@ -206,13 +228,14 @@ void NcclComm::broadcast(void* buf, size_t count, DType dtype, int root, void* s
 }
 
 void NcclComm::barrier() {
-  KIMIRT_CUDA_CHECK(cudaSetDevice(device_));
+  const DeviceGuard on_device(device_);
   KIMIRT_NCCL_CHECK(ncclAllReduce(impl_->scratch, impl_->scratch, 1, ncclInt32, ncclSum, impl_->comm, nullptr));
   KIMIRT_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
 std::unique_ptr<Comm> NcclComm::split(int color, int key) {
-  auto impl = std::make_unique<Impl>();
+  const DeviceGuard on_device(device_);  // the sub-communicator's scratch goes on this comm's device
+  auto impl = std::make_unique<Impl>(device_);
   KIMIRT_NCCL_CHECK(ncclCommSplit(impl_->comm, color, key, &impl->comm, nullptr));
   int rank = 0, size = 1;
   KIMIRT_NCCL_CHECK(ncclCommUserRank(impl->comm, &rank));

@@ -25,8 +25,8 @@
 // sample() also returns the winning score, and the Gumbel-max is separable: the cross-shard step keeps
 // the (score, id) pair with the largest score. That is exact for greedy and temperature sampling (the
 // scores are z + noise, computed the same way whatever the shard, so the token does not depend on the
-// shard count); top-k, top-p and min-p need the global statistics of every shard, which nothing gathers
-// yet: lm_head_sample (lm_head.h) refuses them on a shard.
+// shard count) (join_candidates below); top-k, top-p and min-p are statistics of the whole vocabulary, so
+// lm_head_sample (lm_head.h) gathers the shards' logits on every rank for such batches and samples them whole.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -57,7 +57,8 @@ __host__ __device__ inline bool is_greedy(const SamplingParams& p) {
 void validate(const SamplingParams& p);
 
 // Whether p filters the draw over a vocabulary of `vocab` tokens: a row that is not greedy with top-k below
-// the vocabulary, top-p < 1 or min-p > 0. Such rows cannot be sampled shard by shard (lm_head_sample).
+// the vocabulary, top-p < 1 or min-p > 0. Such rows cannot be sampled shard by shard (lm_head_sample gathers
+// the vocabulary for them).
 bool uses_filters(const SamplingParams& p, int64_t vocab);
 
 // Device scratch that lets several blocks share a row (small batches): sampling_workspace_bytes(rows) bytes,
