@@ -42,6 +42,30 @@ TEST(Inspect, GoldenK3Summary) {
   EXPECT_NE(r.output.find("AttnRes, block 2"), std::string::npos) << r.output;
 }
 
+// The GPU budget flag is checked before anything else, on any build and without a GPU: a size below 1 MiB
+// ("0.9", a vLLM-style fraction without "%", would mean the whole GPU), a unit it does not know, or the flag
+// without --device is an error naming the text; a good budget runs (the plan itself needs a GPU).
+TEST(Inspect, GpuMemoryBudgetIsChecked) {
+#ifdef KIMIRT_HAVE_CUDA
+  for (const std::string bad : {"0.9", "12XB", "150%"}) {
+    const auto r = run_kimirt("inspect " + golden("k3-tiny") + " --device --gpu-memory " + bad);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find(bad), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("kimi_k3: hidden"), std::string::npos) << "refused before the summary: " << r.output;
+  }
+  auto r = run_kimirt("inspect " + golden("k3-tiny") + " --gpu-memory 80%");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("needs --device"), std::string::npos) << r.output;
+  r = run_kimirt("inspect " + golden("k3-tiny") + " --device --gpu-memory 80%");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kimi_k3: hidden"), std::string::npos) << r.output;
+#else
+  const auto r = run_kimirt("inspect " + golden("k3-tiny") + " --device --gpu-memory 80%");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("built without CUDA"), std::string::npos) << r.output;
+#endif
+}
+
 TEST(Inspect, GoldenKimiLinearJson) {
   const auto r = run_kimirt("inspect --json " + golden("kl-tiny"));
   ASSERT_EQ(r.exit_code, 0) << r.output;

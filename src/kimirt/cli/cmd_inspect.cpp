@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "kimirt/base/error.h"
 #include "kimirt/cli/checkpoint_summary.h"
 #include "kimirt/cli/command.h"
 #include "kimirt/cli/device_summary.h"
@@ -14,6 +15,7 @@ struct InspectArgs {
   std::string dir;
   bool json = false;
   bool device = false;
+  std::string gpu_memory;
 };
 
 const RegisterCommand kInspect("inspect", 10, [](CLI::App& app) {
@@ -22,15 +24,21 @@ const RegisterCommand kInspect("inspect", 10, [](CLI::App& app) {
   cmd->add_option("dir", args->dir, "checkpoint directory (config.json, *.safetensors, index)")->required();
   cmd->add_flag("--json", args->json, "print the summary as JSON");
   cmd->add_flag("--device", args->device, "also describe the GPU and the memory plan");
+  cmd->add_option("--gpu-memory", args->gpu_memory,
+                  "with --device: how much of each GPU kimirt may take, a share of its memory (90%) or a size "
+                  "(120GiB); default 90%");
   cmd->callback([args] {
+    check_gpu_memory(args->gpu_memory);
+    KIMIRT_CHECK(args->gpu_memory.empty() || args->device, "--gpu-memory {} plans the GPU's memory: it needs --device",
+                 args->gpu_memory);
     const auto summary = summarize_checkpoint(args->dir);
     if (args->json) {
       auto j = summary.to_json();
-      if (args->device) j["device"] = device_summary_json(summary.config);
+      if (args->device) j["device"] = device_summary_json(summary.config, args->gpu_memory);
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::fputs(summary.to_text().c_str(), stdout);
-      if (args->device) std::fputs(device_summary_text(summary.config).c_str(), stdout);
+      if (args->device) std::fputs(device_summary_text(summary.config, args->gpu_memory).c_str(), stdout);
     }
     set_exit_code(summary.ok() ? 0 : 1);
   });

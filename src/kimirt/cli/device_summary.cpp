@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "kimirt/base/error.h"
 #include "kimirt/base/progress.h"
 #include "kimirt/model/parallel.h"
 #include "kimirt/model/schema.h"
@@ -21,6 +22,12 @@
 
 namespace kimirt::cli {
 namespace {
+
+#ifdef KIMIRT_HAVE_CUDA
+cuda::MemoryBudget budget_of(const std::string& gpu_memory) {
+  return gpu_memory.empty() ? cuda::MemoryBudget{} : cuda::parse_memory_budget(gpu_memory);
+}
+#endif
 
 constexpr int64_t kDefaultContext = 131072;  // the default cache: one sequence this long (or the model's
                                              // max context when that is shorter)
@@ -138,7 +145,16 @@ Fit fit(const cuda::MemoryPlan& plan, const ModelNeeds& n) {
 
 }  // namespace
 
-std::string device_summary_text(const std::optional<model::ModelConfig>& config) {
+void check_gpu_memory(const std::string& gpu_memory) {
+#ifdef KIMIRT_HAVE_CUDA
+  if (!gpu_memory.empty()) cuda::parse_memory_budget(gpu_memory);
+#else
+  KIMIRT_CHECK(gpu_memory.empty(), "--gpu-memory {}: this kimirt was built without CUDA", gpu_memory);
+#endif
+}
+
+std::string device_summary_text(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory) {
+  check_gpu_memory(gpu_memory);
   std::string out;
 #ifdef KIMIRT_HAVE_CUDA
   if (!cuda::gpu_available()) {
@@ -149,7 +165,7 @@ std::string device_summary_text(const std::optional<model::ModelConfig>& config)
   try {
     const cuda::DeviceInfo info = cuda::query_device(0);
     const int gpus = cuda::device_count();
-    const cuda::MemoryPlan plan = cuda::plan_memory(info, cuda::MemoryBudget{});
+    const cuda::MemoryPlan plan = cuda::plan_memory(info, budget_of(gpu_memory));
     out += indent(cuda::describe(info) + "\n");
     if (gpus > 1) out += fmt::format("  ({} GPUs visible; the plan below is per GPU)\n", gpus);
     out += indent(cuda::memory_plan_text(plan));
@@ -175,7 +191,8 @@ std::string device_summary_text(const std::optional<model::ModelConfig>& config)
   return out;
 }
 
-nlohmann::json device_summary_json(const std::optional<model::ModelConfig>& config) {
+nlohmann::json device_summary_json(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory) {
+  check_gpu_memory(gpu_memory);
   nlohmann::json j;
 #ifdef KIMIRT_HAVE_CUDA
   j["cuda"] = true;
@@ -184,7 +201,7 @@ nlohmann::json device_summary_json(const std::optional<model::ModelConfig>& conf
   try {
     if (gpus > 0) {
       const cuda::DeviceInfo info = cuda::query_device(0);
-      const cuda::MemoryPlan plan = cuda::plan_memory(info, cuda::MemoryBudget{});
+      const cuda::MemoryPlan plan = cuda::plan_memory(info, budget_of(gpu_memory));
       j["device"] = {{"name", info.name},
                      {"compute_capability", fmt::format("{}.{}", info.cc_major, info.cc_minor)},
                      {"sm_count", info.sm_count},

@@ -11,7 +11,11 @@
 
 namespace kimirt::cli {
 
-std::string device_summary_text(const std::optional<model::ModelConfig>& config);
-nlohmann::json device_summary_json(const std::optional<model::ModelConfig>& config);
+// gpu_memory: the budget flag's text ("90%", "120GiB"; empty: the default budget, 90% of total memory).
+// Throws kimirt::Error naming the text when it is not a budget, on any build and whether or not a GPU is
+// visible (check_gpu_memory), so that a typo is refused before anything else runs.
+void check_gpu_memory(const std::string& gpu_memory);
+std::string device_summary_text(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory = {});
+nlohmann::json device_summary_json(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory = {});
 
 }  // namespace kimirt::cli
