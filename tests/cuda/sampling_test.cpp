@@ -4,10 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <exception>
 #include <map>
 #include <set>
-#include <thread>
 #include <vector>
 
 #include "kimirt/base/error.h"
@@ -351,22 +349,23 @@ TEST(Sampling, ShardedLmHeadJoinsOrGathers) {
     lm_head_sample(linear, nullptr, x.as<__nv_bfloat16>(), m, hidden, w.as<__nv_bfloat16>(), s, logits.as<float>(),
                    size, dp.as<SamplingParams>(), ids.as<int32_t>(), tp);
   };
-  EXPECT_THROW(call(shard, {&cross, scores.as<float>(), true, nullptr, 0}), Error);  // filtered, nowhere to gather
-  EXPECT_THROW(call(shard, {&cross, nullptr, false}), Error);                        // no score scratch to join
-  EXPECT_THROW(call(shard, {nullptr, scores.as<float>(), false}), Error);            // no cross step
+  EXPECT_THROW(call(shard, {.cross = &cross, .scratch_scores = scores.as<float>(), .any_filtered = true}),
+               Error);                                                       // filtered, nowhere to gather
+  EXPECT_THROW(call(shard, {.cross = &cross}), Error);                       // no score scratch to join
+  EXPECT_THROW(call(shard, {.scratch_scores = scores.as<float>()}), Error);  // no cross step
   EXPECT_EQ(cross.joins + cross.gathers, 0);
   const auto shard_ids = [&] {
     for (int32_t id : download<int32_t>(ids.data(), m)) EXPECT_TRUE(id >= size && id < total) << id;
   };
   // Filtered: the gathered vocabulary, sampled whole.
-  call(shard, {&cross, nullptr, true, full.as<float>(), total});
+  call(shard, {.cross = &cross, .any_filtered = true, .full_logits = full.as<float>(), .ld_full = total});
   EXPECT_EQ(cross.gathers, 1);
   EXPECT_EQ(cross.joins, 0);
   shard_ids();
   // Temperature-only rows on the shard: ids of the shard's slice, joined once.
   ps[1].top_k = 0;
   KIMIRT_CUDA_CHECK(cudaMemcpy(dp.data(), ps.data(), m * sizeof(SamplingParams), cudaMemcpyHostToDevice));
-  call(shard, {&cross, scores.as<float>(), false});
+  call(shard, {.cross = &cross, .scratch_scores = scores.as<float>()});
   EXPECT_EQ(cross.joins, 1);
   shard_ids();
   // The whole vocabulary in one shard samples any filter, with no cross step.
@@ -415,7 +414,11 @@ TEST(Sampling, TwoRanksSampleAsOneGpu) {
       DeviceBuffer dp = upload(p);
       lm_head_sample(linear, stream, dx.as<__nv_bfloat16>(), m, hidden, dw.as<__nv_bfloat16>(), shard,
                      logits.as<float>(), ld, dp.as<SamplingParams>(), ids.as<int32_t>(),
-                     {&cross, scores.as<float>(), filtered, full.as<float>(), ld_full});
+                     {.cross = &cross,
+                      .scratch_scores = scores.as<float>(),
+                      .any_filtered = filtered,
+                      .full_logits = full.as<float>(),
+                      .ld_full = ld_full});
       stream.synchronize();
       got[r][filtered] = download<int32_t>(ids.data(), m);
     }

@@ -25,6 +25,7 @@ void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
     KIMIRT_CHECK(tp.cross, "lm_head: a vocabulary shard [{}, {}) of {} needs a cross-shard step", shard.offset,
                  shard.offset + shard.size, shard.total);
     KIMIRT_CHECK(m <= tp.cross->max_rows(), "lm_head: {} rows, the cross-shard step holds {}", m, tp.cross->max_rows());
+    KIMIRT_CHECK(m <= 65535, "lm_head: {} rows, sample() takes at most 65535", m);
     if (tp.any_filtered) {
       KIMIRT_CHECK(tp.full_logits && tp.ld_full >= shard.total,
                    "lm_head: filtered rows on a vocabulary shard sample the gathered vocabulary: full_logits [{}, {}] "

@@ -44,7 +44,8 @@ class CrossShard {
 // CrossShard over a Comm whose buffers live on the device (NcclComm), for shards of equal size (rank r holds
 // ids [r·size, (r+1)·size)): its gather buffers, for up to max_rows rows, are allocated here, at set-up, on
 // `device` (the comm's). They hold (ranks + 1)·max_rows·size fp32 logits: 377 MB at TP 8 over 163840 ids
-// and 512 rows.
+// and 512 rows, outside the arena's plan (plan_memory keeps 1 GiB for the context, cuBLASLt and NCCL): the
+// runtime that wires this in should take them from the arena.
 class CommCrossShard final : public CrossShard {
  public:
   CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows, int device);
@@ -67,15 +68,17 @@ struct ShardedSampling {
   // Whether any row of the params uses_filters(row, vocabulary) (sampling.h). The params live on the device,
   // where the host cannot look without a sync, so the caller, who filled them, says. Then every row is
   // sampled from the gathered vocabulary in full_logits ([m, vocabulary] fp32, row stride ld_full) on every
-  // rank: the same logits, params and seeds give every rank the same ids. Under stream capture the choice is
-  // made once, at capture: the flag must hold for every replay.
+  // rank: the same logits, params and seeds give every rank the same ids. It must be the same on every rank
+  // (they run different collectives otherwise). Under stream capture the choice is made once, at capture:
+  // the flag must hold for every replay.
   bool any_filtered = false;
   float* full_logits = nullptr;
   int64_t ld_full = 0;
 };
 
 // Logits, sampling and, when sharded, the cross-rank step; ids [m] on the device. sampling_workspace: see
-// sample(). Throws before launching anything when a sharded call lacks what `tp` must hold.
+// sample(). Throws before launching anything when a sharded call lacks what `tp` must hold or has more rows
+// than its cross step or sample() take; that `cross` was built for this shard is the caller's to keep.
 void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x, int64_t m, int64_t hidden,
                     const __nv_bfloat16* w_shard, const VocabShard& shard, float* logits, int64_t ld_logits,
                     const SamplingParams* params, int32_t* ids, const ShardedSampling& tp = {},

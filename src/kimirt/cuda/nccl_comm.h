@@ -2,7 +2,9 @@
 // `stream` argument is a cudaStream_t; null means the legacy default stream). The communicator is
 // bootstrapped from a NCCL unique id that rank 0 creates and every rank must receive:
 //   - under `mpirun -np N kimirt ...` through MPI (when kimirt was built with MPI),
-//   - on one host without MPI through a file: rank 0 writes the id atomically, the others wait for it.
+//   - on one host without MPI through a file: rank 0 writes the id atomically, the others wait for it
+//     (no launcher uses this path yet);
+//   - in one process, one thread per GPU (runtime/rank_group.cpp), from an id made in that process.
 #pragma once
 
 #include <array>
@@ -33,7 +35,9 @@ class NcclComm final : public Comm {
   // Joins the communicator `id` as `rank` of `world_size` on CUDA device `device`. Collective: every rank
   // must call it.
   static std::unique_ptr<NcclComm> create(const NcclId& id, int world_size, int rank, int device);
-  // Rank 0 creates the id and writes it to `id_file`; the others read it (waiting up to `timeout`).
+  // Rank 0 creates the id and writes it to `id_file`; the others read it (waiting up to `timeout`). Rank 0
+  // removes the file once every rank has joined; a launch that dies before that leaves its id behind, so a
+  // launcher should give each launch a path of its own.
   static std::unique_ptr<NcclComm> from_id_file(const std::filesystem::path& id_file, int world_size, int rank,
                                                 int device, std::chrono::seconds timeout = std::chrono::seconds(120));
   // Under mpirun: rank 0's id is broadcast with MPI. Throws when kimirt was built without MPI.
