@@ -57,6 +57,11 @@ void expect_same_as_host(const Opened& o, const model::ParallelMapping& mapping,
   {
     const DeviceGuard on_device(device);
     arena.emplace(host.total_bytes() + (64ull << 20), 0);
+    // Poisoned, so that a load writing nothing cannot pass on bytes an earlier load left in the same memory.
+    const uint64_t mark = arena->persistent_mark(), all = arena->persistent_capacity();
+    KIMIRT_CUDA_CHECK(cudaMemset(arena->allocate_persistent(all, "poison", 256), 0xFF, all));
+    KIMIRT_CUDA_CHECK(cudaDeviceSynchronize());
+    arena->rewind_persistent(mark);
   }
   ASSERT_EQ(arena->device(), device);
   DeviceLoadTarget target(*arena);

@@ -492,6 +492,12 @@ struct Fp8Problem {
   std::vector<uint8_t> xq_h, wq_h;
   std::vector<float> xs_h, ws_h;
   Fp8Problem(int64_t m, int64_t n, int64_t k, uint32_t seed) : p(m, n, k, seed), deq(0, 0, 0, 0), mp(fp8_pad_m(m)) {
+    // Each 128 x 128 weight block scaled by its own power of two (exact in bf16), so that the blocks' scales
+    // differ: with one uniform range they all come out the same, and a wrong scale index would pass.
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < k; ++j)
+        p.w[i * k + j] *= std::ldexp(1.0f, -static_cast<int>((i / 128 * 3 + j / 128) % 7));
+    p.dw = upload(test::to_bf16(p.w));
     xq = test::poisoned(mp * k), xs = test::poisoned(fp8_x_scale_count(m, k) * 4);
     wq = test::poisoned(n * k), wsc = test::poisoned(fp8_w_scale_count(n, k) * 4);
     quantize_fp8_act(nullptr, p.dx.as<__nv_bfloat16>(), k, m, k, xq.as<uint8_t>(), xs.as<float>());
@@ -529,6 +535,20 @@ TEST(Gemm, Fp8BlockScaleAgainstDequantizedReference) {
         for (int j = 0; j < 128; ++j)
           ASSERT_EQ(f.xq_h[i * k + g * 128 + j], f32_to_e4m3(p.x[i * k + g * 128 + j] / s, Overflow::kSaturate))
               << "act code " << i << "," << g * 128 + j;
+      }
+    // And the weight quantizer: a scale per 128 x 128 block (they differ, see Fp8Problem), codes w / scale.
+    const int64_t sc = fp8_w_scale_cols(k);
+    for (int64_t bi = 0; bi < (n + 127) / 128; ++bi)
+      for (int64_t bk = 0; bk < k / 128; ++bk) {
+        float amax = 0;
+        for (int64_t i = bi * 128; i < std::min(n, bi * 128 + 128); ++i)
+          for (int64_t j = bk * 128; j < bk * 128 + 128; ++j) amax = std::max(amax, std::fabs(p.w[i * k + j]));
+        const float s = amax > 0 ? amax / 448.0f : 1.0f;
+        ASSERT_EQ(f.ws_h[bi * sc + bk], s) << "weight scale of block " << bi << "," << bk;
+        for (int64_t i = bi * 128; i < std::min(n, bi * 128 + 128); ++i)
+          for (int64_t j = bk * 128; j < bk * 128 + 128; ++j)
+            ASSERT_EQ(f.wq_h[i * k + j], f32_to_e4m3(p.w[i * k + j] / s, Overflow::kSaturate))
+                << "weight code " << i << "," << j;
       }
     DeviceBuffer y = test::poisoned(m * n * 2);
     DeviceBuffer dscratch(fp8_d_scratch_bytes(m, n) + 16);

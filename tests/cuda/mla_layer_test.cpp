@@ -111,6 +111,8 @@ TEST(MlaLayer, DecodeStepMatchesCpuAbsorbedPath) {
   DeviceBuffer w_uk_t(s.heads * 512 * 128 * 2);
   mla_transpose_uk(nullptr, s.kv_b.d(), s.heads, w_uk_t.as<__nv_bfloat16>());
   for (int skinny_absorb = 0; skinny_absorb < 2; ++skinny_absorb) {
+    // The cache as it was: the append check below must see this run's rows, not the previous run's.
+    cache.dev = upload(test::to_bf16(cache.host));
     MlaLayerWeights gw = s.gweights();
     if (skinny_absorb) gw.w_uk_t = w_uk_t.as<__nv_bfloat16>();
     DeviceBuffer out = test::poisoned(batch * s.hidden * 2);
@@ -156,13 +158,14 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
   DeviceBuffer ws(32 << 20), sws(8 << 20);
   GemmLt lt(ws.data(), ws.size());
   Linear linear(lt, sws.data(), sws.size(), query_device(0).sm_count);
-  std::vector<std::vector<float>> refs;
+  std::vector<std::vector<float>> refs, new_latents;
   for (int b = 0; b < batch; ++b) {
     std::vector<float> ref(fresh[b] * s.hidden), new_latent(fresh[b] * 576);
     cpu::mla_forward(s.cdims(), s.cweights(), x.data() + cu_q[b] * s.hidden, fresh[b],
                      cached[b] ? cache.rows(b) : nullptr, cached[b], ref.data(), new_latent.data(),
                      cpu::MlaPath::kExpanded);
     refs.push_back(ref);
+    new_latents.push_back(new_latent);
   }
   // Every call appends the same rows to the same slots, so the cache the next one reads is the same.
   const auto run = [&](DeviceArena& on, int64_t max_keys) {
@@ -185,6 +188,16 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
   // a third of the keys short of it has room for passes only (one pass would fail to allocate).
   const uint64_t one_pass = first.step_high_water(), key_bytes = (576 + s.heads * 256) * 2;
   for (const int64_t max_keys : {int64_t{59}, int64_t{200}}) run(arena, max_keys);
+  // The chunk's rows were appended to the cache (the slots held random rows before the first call).
+  const auto cache_after = test::from_bf16(download<uint16_t>(cache.dev.data(), cache.host.size()));
+  for (int b = 0; b < batch; ++b) {
+    std::vector<float> rows;
+    for (int i = 0; i < fresh[b]; ++i) {
+      const size_t slot = static_cast<size_t>(cache.slot(b, cached[b] + i));
+      rows.insert(rows.end(), cache_after.begin() + slot * 576, cache_after.begin() + (slot + 1) * 576);
+    }
+    EXPECT_LE(test::rel_err(rows, new_latents[b]), 1e-2) << "appended rows of sequence " << b;
+  }
   DeviceArena small(0, one_pass - cu_k.back() / 3 * key_bytes);
   run(small, 0);
   // Room for fewer keys than the chunk has tokens once the passes' buffers are taken: refused after scratch

@@ -129,6 +129,7 @@ TEST(Sampling, BlocksPerRowDoNotChangeTheToken) {
   DeviceBuffer ws(ws_bytes);
   init_sampling_workspace(ws.data(), ws_bytes, nullptr);
   for (int rep = 0; rep < 2; ++rep) {
+    poison(ids.data(), ids.size(), nullptr);  // the second call must write the ids itself
     sample(nullptr, dl.as<float>(), vocab, ps.size(), vocab, 0, dp.as<SamplingParams>(), ids.as<int32_t>(), nullptr,
            ws.data(), ws_bytes);
     EXPECT_EQ(download<int32_t>(ids.data(), ps.size()), single) << "call " << rep;
@@ -346,6 +347,7 @@ TEST(Sampling, ShardedLmHeadJoinsOrGathers) {
   DeviceBuffer dp = upload(ps);
   const VocabShard shard{size, size, total};
   auto call = [&](const VocabShard& s, const ShardedSampling& tp) {
+    poison(ids.data(), ids.size(), nullptr);  // each call's ids are its own
     lm_head_sample(linear, nullptr, x.as<__nv_bfloat16>(), m, hidden, w.as<__nv_bfloat16>(), s, logits.as<float>(),
                    size, dp.as<SamplingParams>(), ids.as<int32_t>(), tp);
   };
