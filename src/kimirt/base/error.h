@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace kimirt {
@@ -21,30 +22,35 @@ template <typename... Args>
 }
 
 // Runs fn(); an Error thrown inside gets `context` prepended ("context: message"), so that a low-level
-// reader need not know which checkpoint, layer or request it is serving.
-template <typename Fn>
-decltype(auto) with_context(const std::string& context, Fn&& fn) {
+// reader need not know which checkpoint, layer or request it is serving. `context` is a string, or a callable
+// returning one, called only when fn throws: on a hot path the context then costs nothing until it is needed.
+template <typename Context, typename Fn>
+decltype(auto) with_context(const Context& context, Fn&& fn) {
   try {
     return std::forward<Fn>(fn)();
   } catch (const Error& e) {
-    throw Error(context + ": " + e.what());
+    if constexpr (std::is_invocable_v<const Context&>) {
+      throw Error(std::string(context()) + ": " + e.what());
+    } else {
+      throw Error(std::string(context) + ": " + e.what());
+    }
   }
 }
 
 }  // namespace kimirt
 
 // KIMIRT_CHECK(cond, "format {}", args...): fails with the formatted message when cond is false.
-#define KIMIRT_CHECK(cond, ...)          \
-  do {                                   \
-    if (!(cond)) [[unlikely]] {          \
-      ::kimirt::fail(__VA_ARGS__);       \
-    }                                    \
+#define KIMIRT_CHECK(cond, ...)    \
+  do {                             \
+    if (!(cond)) [[unlikely]] {    \
+      ::kimirt::fail(__VA_ARGS__); \
+    }                              \
   } while (0)
 
 // For invariants of the code itself (not of its input): names the source line.
-#define KIMIRT_ASSERT(cond)                                                                  \
-  do {                                                                                       \
-    if (!(cond)) [[unlikely]] {                                                              \
-      ::kimirt::fail("internal error: {} failed at {}:{}", #cond, __FILE__, __LINE__);       \
-    }                                                                                        \
+#define KIMIRT_ASSERT(cond)                                                            \
+  do {                                                                                 \
+    if (!(cond)) [[unlikely]] {                                                        \
+      ::kimirt::fail("internal error: {} failed at {}:{}", #cond, __FILE__, __LINE__); \
+    }                                                                                  \
   } while (0)

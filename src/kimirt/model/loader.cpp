@@ -42,7 +42,7 @@ class PlanExecutor final : public io::ReadSink {
     std::memcpy(scratch.data() + piece.range_offset, piece.data, piece.size);
     if (piece.range_offset + piece.size < read.length) return;
     const TensorView stored(read.info->dtype, read.info->shape, scratch.data());
-    with_context(read.shard->path().filename().string(),
+    with_context([&] { return read.shard->path().filename().string(); },
                  [&] { (void)plan_.schema().normalize(*read.spec, read.source, read.component, stored, read.key); });
     deliver(read, scratch.data(), 0, read.length, -1);
     std::vector<uint8_t>().swap(scratch);
@@ -105,11 +105,8 @@ class PlanExecutor final : public io::ReadSink {
       w.staging_slot = staging_slot;
       // The target (a failed device copy, say) does not know which tensor it was moving; the name is formatted
       // only then (this runs for every staged piece).
-      try {
-        target_.write(w);
-      } catch (const Error& e) {
-        throw Error(fmt::format("{}: {}: {}", read.shard->path().filename().string(), read.key, e.what()));
-      }
+      with_context([&] { return fmt::format("{}: {}", read.shard->path().filename().string(), read.key); },
+                   [&] { target_.write(w); });
       bytes += w.width * rows;
       i += rows;
     }
