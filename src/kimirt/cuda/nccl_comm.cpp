@@ -28,17 +28,28 @@ static_assert(sizeof(ncclUniqueId) == sizeof(NcclId), "ncclUniqueId is 128 bytes
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF64: return ncclFloat64;
-    case DType::kF16: return ncclFloat16;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kI8: return ncclInt8;
-    case DType::kU8: return ncclUint8;
-    case DType::kI32: return ncclInt32;
-    case DType::kU32: return ncclUint32;
-    case DType::kI64: return ncclInt64;
-    case DType::kU64: return ncclUint64;
-    default: fail("NCCL: no data type for {}", dtype_name(dtype));
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kI8:
+      return ncclInt8;
+    case DType::kU8:
+      return ncclUint8;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kU32:
+      return ncclUint32;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kU64:
+      return ncclUint64;
+    default:
+      fail("NCCL: no data type for {}", dtype_name(dtype));
   }
 }
 
@@ -55,8 +66,7 @@ int env_int(const char* name, int fallback) {
   if (v == nullptr || *v == '\0') return fallback;
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
-  KIMIRT_CHECK(end != v && *end == '\0' && x >= 0 && x < (1 << 20), "environment: {}={} is not a rank number", name,
-               v);
+  KIMIRT_CHECK(end != v && *end == '\0' && x >= 0 && x < (1 << 20), "environment: {}={} is not a rank number", name, v);
   return static_cast<int>(x);
 }
 
@@ -169,8 +179,9 @@ std::unique_ptr<NcclComm> NcclComm::from_mpi(int device) {
   return create(id, size, rank, device);
 #else
   (void)device;
-  fail("NCCL: launched under MPI, but this kimirt was built without MPI (install libopenmpi-dev and rebuild), "
-       "or run the ranks in one process (--tp N over the GPUs of one machine)");
+  fail(
+      "NCCL: launched under MPI, but this kimirt was built without MPI (install libopenmpi-dev and rebuild), "
+      "or run the ranks in one process (--tp N over the GPUs of one machine)");
 #endif
 }
 
@@ -184,8 +195,7 @@ void NcclComm::all_gather(const void* send, void* recv, size_t count, DType dtyp
 }
 
 void NcclComm::reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype, void* stream) {
-  KIMIRT_NCCL_CHECK(
-      ncclReduceScatter(send, recv, count, nccl_type(dtype), ncclSum, impl_->comm, as_stream(stream)));
+  KIMIRT_NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dtype), ncclSum, impl_->comm, as_stream(stream)));
 }
 
 void NcclComm::all_to_all_v(const void* send, std::span<const size_t> send_counts, void* recv,
@@ -212,8 +222,8 @@ void NcclComm::all_to_all_v(const void* send, std::span<const size_t> send_count
                                  impl_->comm, as_stream(stream)));
     }
     if (recv_counts[r]) {
-      KIMIRT_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + recv_offset * elem, recv_counts[r], type, peer,
-                                 impl_->comm, as_stream(stream)));
+      KIMIRT_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + recv_offset * elem, recv_counts[r], type, peer, impl_->comm,
+                                 as_stream(stream)));
     }
     send_offset += send_counts[r];
     recv_offset += recv_counts[r];
