@@ -74,22 +74,38 @@ struct MlaSetup {
   }
 };
 
-// Cache with `pages` pages of 64 rows; sequence b owns pages [b·per_seq, (b+1)·per_seq) in order.
+// Cache of batch · per_seq pages of 64 rows; sequence b owns pages [b·per_seq, (b+1)·per_seq) in order.
 struct Cache {
   static constexpr int kPage = 64;
-  int per_seq;
+  int per_seq, batch;
   std::vector<float> host;
   DeviceBuffer dev, table;
-  Cache(int batch, int per_seq_, uint32_t seed) : per_seq(per_seq_) {
+  Cache(int batch_, int per_seq_, uint32_t seed) : per_seq(per_seq_), batch(batch_) {
     host = test::random_vec(size_t(batch) * per_seq * kPage * 576, seed, -1.5f, 1.5f);
     dev = upload(test::to_bf16(host));
     std::vector<int32_t> t(batch * per_seq);
     for (int i = 0; i < batch * per_seq; ++i) t[i] = i;
     table = upload(t);
   }
-  MlaCacheView view() const { return MlaCacheView{dev.as<__nv_bfloat16>(), kPage, table.as<int32_t>(), per_seq}; }
+  MlaCacheView view() const {
+    return MlaCacheView{dev.as<__nv_bfloat16>(), kPage, table.as<int32_t>(), per_seq, int64_t{batch} * per_seq};
+  }
   const float* rows(int b) const { return host.data() + size_t(b) * per_seq * kPage * 576; }
   int slot(int b, int pos) const { return b * per_seq * kPage + pos; }
+};
+
+// The GEMM state of a main stream and of a side stream (each its own Linear and workspaces), and the side
+// stream's events: what a two-stream decode step needs (MlaSideStream).
+struct TwoStreams {
+  DeviceBuffer ws{32 << 20}, sws{8 << 20}, side_ws{32 << 20}, side_sws{8 << 20};
+  GemmLt lt{ws.data(), ws.size()}, side_lt{side_ws.data(), side_ws.size()};
+  int sms = query_device(0).sm_count;
+  Linear linear{lt, sws.data(), sws.size(), sms}, side_linear{side_lt, side_sws.data(), side_sws.size(), sms};
+  Stream stream, side_stream;
+  Event fork, kv_ready, gate_ready;
+  MlaSideStream side(int gate_sms = kMlaGateSmsAuto) {
+    return MlaSideStream{side_stream, &side_linear, fork.get(), kv_ready.get(), gate_ready.get(), gate_sms};
+  }
 };
 
 TEST(MlaLayer, DecodeStepMatchesCpuAbsorbedPath) {
@@ -168,17 +184,27 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
     new_latents.push_back(new_latent);
   }
   // Every call appends the same rows to the same slots, so the cache the next one reads is the same.
-  const auto run = [&](DeviceArena& on, int64_t max_keys) {
+  const auto run = [&](DeviceArena& on, int64_t max_keys, bool gate = true) {
     SCOPED_TRACE("max_expanded_keys " + std::to_string(max_keys) + ", step region " +
-                 std::to_string(on.step_capacity()));
+                 std::to_string(on.step_capacity()) + (gate ? "" : ", no output gate"));
+    MlaLayerDims dims = s.gdims();
+    dims.output_gate = gate;
     DeviceBuffer out = test::poisoned(tokens * s.hidden * 2);
-    mla_prefill_step(linear, on, nullptr, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(), tokens, batch,
+    mla_prefill_step(linear, on, nullptr, dims, s.gweights(), cache.view(), dx.as<__nv_bfloat16>(), tokens, batch,
                      dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 30, 180, ds.as<int32_t>(),
                      out.as<__nv_bfloat16>(), false, max_keys);
     const auto got = test::from_bf16(download<uint16_t>(out.data(), tokens * s.hidden));
     for (int b = 0; b < batch; ++b) {
+      std::vector<float> ref = refs[b];
+      if (!gate) {
+        cpu::MlaDims cd = s.cdims();
+        cd.output_gate = false;
+        std::vector<float> new_latent(fresh[b] * 576);
+        cpu::mla_forward(cd, s.cweights(), x.data() + cu_q[b] * s.hidden, fresh[b], cached[b] ? cache.rows(b) : nullptr,
+                         cached[b], ref.data(), new_latent.data(), cpu::MlaPath::kExpanded);
+      }
       std::vector<float> g(got.begin() + cu_q[b] * s.hidden, got.begin() + cu_q[b + 1] * s.hidden);
-      EXPECT_LE(test::rel_err(g, refs[b]), 2e-2) << "sequence " << b;
+      EXPECT_LE(test::rel_err(g, ref), 2e-2) << "sequence " << b;
     }
     EXPECT_EQ(on.step_used(), 0u) << "scratch released";
   };
@@ -187,7 +213,10 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
   // One pass took `one_pass` bytes, of which each context key's latent row, K and V `key_bytes`: a step region
   // a third of the keys short of it has room for passes only (one pass would fail to allocate).
   const uint64_t one_pass = first.step_high_water(), key_bytes = (576 + s.heads * 256) * 2;
-  for (const int64_t max_keys : {int64_t{59}, int64_t{200}}) run(arena, max_keys);
+  // Passes of 75 keys end exactly where sequence 0's cached rows do (150), beside the empty sequence 1.
+  for (const int64_t max_keys : {int64_t{59}, int64_t{75}, int64_t{200}}) run(arena, max_keys);
+  // Without the output gate: the last merge only normalizes (and one pass has no gate to apply).
+  for (const int64_t max_keys : {int64_t{0}, int64_t{59}}) run(arena, max_keys, false);
   // The chunk's rows were appended to the cache (the slots held random rows before the first call).
   const auto cache_after = test::from_bf16(download<uint16_t>(cache.dev.data(), cache.host.size()));
   for (int b = 0; b < batch; ++b) {
@@ -217,6 +246,14 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
                                 ds.as<int32_t>(), out.as<__nv_bfloat16>(), false, 58),
                kimirt::Error);
   EXPECT_EQ(arena.step_used(), 0u) << "refused before any scratch was taken";
+  // Host bounds that could not hold the batch (they size the kernels' grids) are refused, not run short.
+  for (const auto& [max_q, max_k] : {std::pair{0, 180}, std::pair{30, 0}, std::pair{19, 180}, std::pair{30, 59}}) {
+    EXPECT_THROW(mla_prefill_step(linear, arena, nullptr, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(),
+                                  tokens, batch, dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), max_q, max_k,
+                                  ds.as<int32_t>(), out.as<__nv_bfloat16>()),
+                 kimirt::Error)
+        << "max_q " << max_q << ", max_k " << max_k;
+  }
 }
 
 // The decode step is meant to be captured in a CUDA graph: no allocation or synchronization inside, every
@@ -270,6 +307,142 @@ TEST(MlaLayer, DecodeStepReplaysFromACudaGraph) {
   EXPECT_EQ(download<uint16_t>(side_replay.data(), batch * s.hidden),
             download<uint16_t>(eager.data(), batch * s.hidden));
   for (auto& e : ev) KIMIRT_CUDA_CHECK(cudaEventDestroy(e));
+}
+
+// What a server does with the graph: capture the step once, for the cache's capacity, then replay it step
+// after step with new tokens, slots and lengths written into the same buffers: longer contexts, then both
+// sequences replaced by new requests (one with an empty context). Every replay must give the bits of an
+// eager step on the same inputs (so nothing per-step was baked into the graph at capture) and agree with the
+// CPU reference; with the latent and gate branches on a side stream as well.
+TEST(MlaLayer, DecodeStepGraphReplaysAcrossSteps) {
+  KIMIRT_REQUIRE_GPU();
+  MlaSetup s;
+  const int batch = 2, capacity = 3 * Cache::kPage;
+  Cache cache(batch, 3, 33);
+  DeviceBuffer dx = test::poisoned(batch * s.hidden * 2), ds = test::poisoned(batch * 4),
+               dl = test::poisoned(batch * 4);
+  DeviceArena arena(0, 64 << 20);
+  TwoStreams t;
+  Linear& linear = t.linear;
+  Stream& stream = t.stream;
+  const MlaSideStream side = t.side();
+  DeviceBuffer w_uk_t(s.heads * 512 * 128 * 2);
+  mla_transpose_uk(nullptr, s.kv_b.d(), s.heads, w_uk_t.as<__nv_bfloat16>());
+  const std::vector<uint16_t> cache_bits = [&] {
+    std::vector<float> c = cache.host;
+    return test::to_bf16(c);
+  }();
+  auto copy_in = [&](DeviceBuffer& dst, const void* src, size_t bytes) {
+    KIMIRT_CUDA_CHECK(cudaMemcpy(dst.data(), src, bytes, cudaMemcpyHostToDevice));
+  };
+  // One stream with the absorption through kv_b (cuBLASLt); two streams through w_uk_t (skinny kernels).
+  for (const MlaSideStream* sp : {static_cast<const MlaSideStream*>(nullptr), &side}) {
+    SCOPED_TRACE(sp ? "two streams, w_uk_t" : "one stream, kv_b");
+    MlaLayerWeights gw = s.gweights();
+    if (sp) gw.w_uk_t = w_uk_t.as<__nv_bfloat16>();
+    DeviceBuffer eager = test::poisoned(batch * s.hidden * 2), replayed = test::poisoned(batch * s.hidden * 2);
+    auto step = [&](DeviceBuffer& out) {
+      mla_decode_step(linear, arena, stream, s.gdims(), gw, cache.view(), dx.as<__nv_bfloat16>(), batch,
+                      ds.as<int32_t>(), dl.as<int32_t>(), capacity, out.as<__nv_bfloat16>(), false, sp);
+    };
+    // Plans and kernel attributes are set up by a first eager call, outside the capture.
+    const std::vector<int32_t> first_slots = {cache.slot(0, 0), cache.slot(1, 0)}, first_lens = {1, 1};
+    copy_in(ds, first_slots.data(), batch * 4);
+    copy_in(dl, first_lens.data(), batch * 4);
+    step(eager);
+    stream.synchronize();
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    step(replayed);
+    KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const std::vector<std::vector<int>> contexts = {{40, 150}, {41, 151}, {0, 5}, {capacity - 1, 63}};
+    for (size_t k = 0; k < contexts.size(); ++k) {
+      const std::vector<int>& ctx = contexts[k];
+      SCOPED_TRACE("step " + std::to_string(k) + ": contexts " + std::to_string(ctx[0]) + ", " +
+                   std::to_string(ctx[1]));
+      std::vector<float> x = test::random_vec(batch * s.hidden, 300 + k);
+      const std::vector<uint16_t> x_bits = test::to_bf16(x);
+      std::vector<int32_t> slots, lens;
+      for (int b = 0; b < batch; ++b) slots.push_back(cache.slot(b, ctx[b])), lens.push_back(ctx[b] + 1);
+      copy_in(dx, x_bits.data(), x_bits.size() * 2);
+      copy_in(ds, slots.data(), batch * 4);
+      copy_in(dl, lens.data(), batch * 4);
+      // Each run appends this step's latent at the slots: the cache is restored so both see the same rows.
+      copy_in(cache.dev, cache_bits.data(), cache_bits.size() * 2);
+      poison(eager.data(), eager.size(), nullptr);
+      step(eager);
+      stream.synchronize();
+      copy_in(cache.dev, cache_bits.data(), cache_bits.size() * 2);
+      poison(replayed.data(), replayed.size(), nullptr);
+      KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      stream.synchronize();
+      const auto want = download<uint16_t>(eager.data(), batch * s.hidden);
+      EXPECT_EQ(download<uint16_t>(replayed.data(), batch * s.hidden), want) << "replay against eager";
+      const auto got = test::from_bf16(want);
+      for (int b = 0; b < batch; ++b) {
+        std::vector<float> ref(s.hidden), new_latent(576);
+        cpu::mla_forward(s.cdims(), s.cweights(), x.data() + b * s.hidden, 1, ctx[b] ? cache.rows(b) : nullptr, ctx[b],
+                         ref.data(), new_latent.data(), cpu::MlaPath::kAbsorbed);
+        const std::vector<float> g(got.begin() + b * s.hidden, got.begin() + (b + 1) * s.hidden);
+        EXPECT_LE(test::rel_err(g, ref), 2e-2) << "sequence " << b;
+      }
+    }
+    KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  EXPECT_EQ(arena.step_used(), 0u) << "scratch released";
+}
+
+// The two-stream step's joins: the side stream held back (a host function sleeping 2 ms queued on it before the step),
+// the new tokens' cache slots and the step's scratch filled with NaN. The attention must wait for the side stream's
+// append (else it reads the NaN slots) and W_UV for its gate projection (else it reads NaN gates): the output
+// then matches the CPU reference. Run for the default gate placement and with the gate on SMs of its own.
+TEST(MlaLayer, DecodeStepWaitsForTheSideStream) {
+  KIMIRT_REQUIRE_GPU();
+  MlaSetup s(2304, 8);  // hidden 2304: the gate projection can keep SMs (a rows-kernel GEMV, k > 2048)
+  const int batch = 1;
+  Cache cache(batch, 2, 41);
+  const std::vector<int> ctx = {100};
+  std::vector<float> x = test::random_vec(batch * s.hidden, 42);
+  DeviceBuffer dx = upload(test::to_bf16(x));
+  const std::vector<int32_t> slots = {cache.slot(0, ctx[0])}, lens = {ctx[0] + 1};
+  DeviceBuffer ds = upload(slots), dl = upload(lens);
+  DeviceArena arena(0, 64 << 20);
+  TwoStreams t;
+  std::vector<float> ref(s.hidden), new_latent(576);
+  cpu::mla_forward(s.cdims(), s.cweights(), x.data(), 1, cache.rows(0), ctx[0], ref.data(), new_latent.data(),
+                   cpu::MlaPath::kAbsorbed);
+  // On one SM the gate projection (4.7 MB) takes longer than the attention and absorption after the append:
+  // a W_UV that did not wait for it would read the NaN gates.
+  for (const int gate_sms : {kMlaGateSmsAuto, 48 * t.sms / 132, 1}) {
+    SCOPED_TRACE("gate_sms " + std::to_string(gate_sms));
+    const MlaSideStream side = t.side(gate_sms);
+    const auto step = [&](DeviceBuffer& out) {
+      mla_decode_step(t.linear, arena, t.stream, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(), batch,
+                      ds.as<int32_t>(), dl.as<int32_t>(), ctx[0] + 1, out.as<__nv_bfloat16>(), false, &side);
+    };
+    // A first step without the hold: plans tuned and kernels loaded, both of which may synchronize the host
+    // with the held stream (and so would hide a missing wait).
+    DeviceBuffer warm(batch * s.hidden * 2);
+    step(warm);
+    // The scratch the step will take, and the slot it appends to, hold NaN.
+    const uint64_t scratch = 16 << 20;
+    poison(arena.allocate_step(scratch, "test.poison"), scratch, nullptr);
+    arena.rewind(0);
+    KIMIRT_CUDA_CHECK(cudaMemset(cache.dev.as<__nv_bfloat16>() + int64_t{slots[0]} * 576, 0xff, 576 * 2));
+    DeviceBuffer out = test::poisoned(batch * s.hidden * 2);
+    KIMIRT_CUDA_CHECK(cudaDeviceSynchronize());
+    test::hold_stream(t.side_stream, 2000);
+    ASSERT_EQ(cudaStreamQuery(t.side_stream), cudaErrorNotReady) << "the side stream is held";
+    step(out);
+    // The premise of the test: the whole step was queued while the side stream was still held.
+    EXPECT_EQ(cudaStreamQuery(t.side_stream), cudaErrorNotReady) << "the host waited for the side stream";
+    t.stream.synchronize();
+    const auto got = test::from_bf16(download<uint16_t>(out.data(), batch * s.hidden));
+    EXPECT_LE(test::rel_err(got, ref), 2e-2);
+  }
 }
 
 // The gate projection on SMs of its own (MlaSideStream::gate_sms) beside an attention planned for the rest:

@@ -163,13 +163,13 @@ TEST(MlaPrefill, NonCausalPassesWithLse) {
 }
 
 // The merge of three passes against the attention over their keys at once: sequence 0's 150 keys split after
-// 50 and 90, sequence 1's 40 keys all in the last pass (its running lse -inf until then), sequence 2 without
-// keys in any.
+// 50 and 90, sequence 1's 40 keys all in the middle pass (its running lse -inf before, its last pass empty),
+// sequence 2 without keys in any.
 TEST(MlaPrefill, MergedPassesEqualOnePass) {
   KIMIRT_REQUIRE_GPU();
   const int heads = 8;
   const std::vector<int32_t> tq = {33, 20, 4};
-  const std::vector<std::vector<int32_t>> tk = {{50, 0, 0}, {40, 0, 0}, {60, 40, 0}};  // per pass
+  const std::vector<std::vector<int32_t>> tk = {{50, 0, 0}, {40, 40, 0}, {60, 0, 0}};  // per pass
   std::vector<int32_t> cu_q = {0};
   for (int32_t n : tq) cu_q.push_back(cu_q.back() + n);
   const int64_t nq = cu_q.back();
@@ -346,6 +346,32 @@ TEST(MlaDecode, LongContextManySplits) {
   }
 }
 
+// One block over a whole sequence of 32-row pages scattered at random (one SM: no split): 2500 rows are 79
+// pages, so the producers' page-id windows (32 pages per load, two loaded ahead) are reloaded on the way.
+TEST(MlaDecode, OneBlockOverManyPages) {
+  KIMIRT_REQUIRE_GPU();
+  const int page = 32, len = 2500, pages = (len + page - 1) / page, heads = 12;
+  std::vector<int32_t> table(pages);
+  for (int i = 0; i < pages; ++i) table[i] = (i * 29 + 5) % pages;  // a permutation (29 is prime to 79)
+  std::vector<float> cache = test::random_vec(size_t(pages) * page * 576, 25, -2, 2);
+  std::vector<float> q = test::random_vec(heads * 576, 26, -0.3f, 0.3f);
+  DeviceBuffer dc = upload(test::to_bf16(cache)), dt = upload(table), dl = upload(std::vector<int32_t>{len}),
+               dq = upload(test::to_bf16(q));
+  const std::vector<float> ref = test::mla_decode_reference(q, cache, table, pages, {len}, heads, page);
+  for (MlaDecodeKernel kernel : kKernels) {
+    const MlaDecodePlan plan = plan_mla_decode(1, heads, len, 1, kernel);
+    ASSERT_EQ(plan.splits, 1) << mla_decode_kernel_name(kernel);
+    DeviceBuffer ws(plan.workspace_bytes + 16), out = test::poisoned(heads * 512 * 2);
+    MlaDecodeArgs a;
+    a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576, a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
+    a.num_pages = pages;
+    a.block_table = dt.as<int32_t>(), a.ld_block_table = pages, a.seq_lens = dl.as<int32_t>();
+    a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = 1, a.heads = heads;
+    mla_decode(nullptr, a, plan, ws.data());
+    EXPECT_LE(test::rel_err(dl_bf16(out, heads * 512), ref), 1e-2) << mla_decode_kernel_name(kernel);
+  }
+}
+
 // The plan: the memory-bound kernel for few heads per GPU, the wgmma kernel for many; one wave of blocks on
 // the SMs (a few blocks over the SM count would double the time).
 TEST(MlaDecode, PlanPicksKernelAndOneWave) {
@@ -430,6 +456,11 @@ TEST(MlaCache, ContextPassOffsetsAndGather) {
                dcp = test::poisoned((batch + 1) * 4), dfr = test::poisoned(batch * 4);
   const int64_t keys = 333;
   int64_t seen = 0;
+  // Where sequence b's cached rows start in the concatenation, and which of them the passes have taken.
+  std::vector<int64_t> start = {0};
+  for (int b = 0; b < batch; ++b) start.push_back(start.back() + ctx[b]);
+  std::vector<std::vector<char>> taken(batch);
+  for (int b = 0; b < batch; ++b) taken[b].assign(ctx[b], 0);
   for (int64_t first = 0; first < context; first += keys) {
     SCOPED_TRACE("pass from row " + std::to_string(first));
     mla_context_chunk_offsets(nullptr, dcq.as<int32_t>(), dck.as<int32_t>(), batch, first, keys, dcp.as<int32_t>(),
@@ -455,6 +486,11 @@ TEST(MlaCache, ContextPassOffsetsAndGather) {
     for (int b = 0; b < batch; ++b)
       for (int i = 0; i < cu_pass[b + 1] - cu_pass[b]; ++i) {
         const int pos = first_rows[b] + i;
+        // Pass row cu_pass[b] + i is row first + cu_pass[b] + i of the concatenation, taken by no other pass.
+        ASSERT_TRUE(pos >= 0 && pos < ctx[b]) << "sequence " << b << " row " << pos << " of " << ctx[b];
+        ASSERT_EQ(start[b] + pos, first + cu_pass[b] + i) << "sequence " << b << " row " << pos;
+        ASSERT_FALSE(taken[b][pos]) << "sequence " << b << " row " << pos << " taken twice";
+        taken[b][pos] = 1;
         const int64_t slot = int64_t{table[b * pages_per_seq + pos / page]} * page + pos % page;
         for (int d = 0; d < 576; ++d)
           ASSERT_EQ(got[(int64_t{cu_pass[b]} + i) * 576 + d], rows[slot * 576 + d])
@@ -462,6 +498,8 @@ TEST(MlaCache, ContextPassOffsetsAndGather) {
       }
   }
   EXPECT_EQ(seen, context) << "the passes take every cached row once";
+  for (int b = 0; b < batch; ++b)
+    EXPECT_EQ(std::count(taken[b].begin(), taken[b].end(), 1), ctx[b]) << "rows of sequence " << b;
 }
 
 TEST(MlaDecode, BadArgumentsAreErrors) {

@@ -377,6 +377,30 @@ TEST(Sampling, ShardedLmHeadJoinsOrGathers) {
   for (int32_t id : download<int32_t>(ids.data(), m)) EXPECT_TRUE(id >= 0 && id < size) << id;
 }
 
+// The cross-shard join alone, three ranks with candidates `stride` apart: per row the larger score, ties to the
+// lower id whichever rank holds it, all -inf rows to the lowest id; the slots past `rows` (99, better than
+// any) are never read.
+TEST(Sampling, JoinCandidatesTakesTheBestScoreThenTheLowerId) {
+  KIMIRT_REQUIRE_GPU();
+  const int ranks = 3;
+  const int64_t rows = 5, stride = 7;
+  const float inf = INFINITY;
+  const std::vector<float> scores = {1.0f, 2.0f, -inf, 5.0f, 0.5f,  99.0f, 99.0f,   // rank 0
+                                     3.0f, 2.0f, -inf, 5.0f, 0.5f,  99.0f, 99.0f,   // rank 1
+                                     2.0f, 1.0f, -inf, 4.0f, 0.75f, 99.0f, 99.0f};  // rank 2
+  const std::vector<int32_t> ids = {10, 11, 12, 13, 14, 0, 0, 20, 5, 22, 9, 24, 0, 0, 30, 31, 3, 33, 34, 0, 0};
+  DeviceBuffer ds = upload(scores), di = upload(ids), out_s = test::poisoned(rows * 4),
+               out_i = test::poisoned(rows * 4);
+  join_candidates(nullptr, ds.as<float>(), di.as<int32_t>(), ranks, stride, rows, out_s.as<float>(),
+                  out_i.as<int32_t>());
+  EXPECT_EQ(download<int32_t>(out_i.data(), rows), (std::vector<int32_t>{20, 5, 3, 9, 34}));
+  EXPECT_EQ(download<float>(out_s.data(), rows), (std::vector<float>{3.0f, 2.0f, -inf, 5.0f, 0.75f}));
+  EXPECT_THROW(join_candidates(nullptr, ds.as<float>(), di.as<int32_t>(), ranks, rows - 1, rows, out_s.as<float>(),
+                               out_i.as<int32_t>()),
+               Error)
+      << "a stride below the rows";
+}
+
 // Two ranks on two GPUs, each with half of the vocabulary, sample a batch of greedy, temperature-only and
 // filtered rows over NCCL (CommCrossShard): both get exactly the ids one GPU samples from the whole
 // vocabulary's logits (the shards' logits, concatenated), first joined per shard, then gathered. Padded row
@@ -390,6 +414,19 @@ TEST(Sampling, TwoRanksSampleAsOneGpu) {
     ps[i].seed = 1000 + i, ps[i].step = i;
     ps[i].temperature = i % 6 == 0 ? 0.0f : 0.6f + 0.1f * (i % 5);
   }
+  // The filtered batch: top-k (below the shard size, or between it and the vocabulary), top-p, min-p.
+  const auto params = [&](bool filtered) {
+    std::vector<SamplingParams> p = ps;
+    if (filtered) {
+      for (int64_t i = 0; i < m; ++i) {
+        p[i].top_k = i % 3 == 1 ? (i % 2 ? 40 : size + 100) : 0;
+        p[i].top_p = i % 3 == 2 ? 0.8f : 1.0f;
+        p[i].min_p = i % 4 == 3 ? 0.05f : 0.0f;
+      }
+    }
+    EXPECT_EQ(any_uses_filters(p, total), filtered);
+    return p;
+  };
   const std::vector<float> x = test::random_vec(m * hidden, 91, -1, 1), w = test::random_vec(total * hidden, 92, -1, 1);
   const NcclId id = nccl_new_id();
   std::vector<float> shard_logits[2];
@@ -408,17 +445,14 @@ TEST(Sampling, TwoRanksSampleAsOneGpu) {
     DeviceBuffer dx = upload(test::to_bf16(x_r)), dw = upload(test::to_bf16(w_shard)), logits(m * ld * 4), ids(m * 4),
                  scores(m * 4), full(m * ld_full * 4);
     for (const bool filtered : {false, true}) {
-      std::vector<SamplingParams> p = ps;
-      if (filtered)
-        for (int64_t i = 0; i < m; ++i)
-          p[i].top_k = i % 3 == 1 ? 40 : 0, p[i].top_p = i % 3 == 2 ? 0.8f : 1.0f,
-          p[i].min_p = i % 4 == 3 ? 0.05f : 0.0f;
+      const std::vector<SamplingParams> p = params(filtered);
       DeviceBuffer dp = upload(p);
+      poison(ids.data(), ids.size(), nullptr);
       lm_head_sample(linear, stream, dx.as<__nv_bfloat16>(), m, hidden, dw.as<__nv_bfloat16>(), shard,
                      logits.as<float>(), ld, dp.as<SamplingParams>(), ids.as<int32_t>(),
                      {.cross = &cross,
                       .scratch_scores = scores.as<float>(),
-                      .any_filtered = filtered,
+                      .any_filtered = any_uses_filters(p, total),
                       .full_logits = full.as<float>(),
                       .ld_full = ld_full});
       stream.synchronize();
@@ -435,11 +469,8 @@ TEST(Sampling, TwoRanksSampleAsOneGpu) {
       std::copy_n(shard_logits[r].begin() + i * size, size, whole.begin() + i * total + r * size);
   DeviceBuffer dwhole = upload(whole), ids(m * 4);
   for (const bool filtered : {false, true}) {
-    std::vector<SamplingParams> p = ps;
-    if (filtered)
-      for (int64_t i = 0; i < m; ++i)
-        p[i].top_k = i % 3 == 1 ? 40 : 0, p[i].top_p = i % 3 == 2 ? 0.8f : 1.0f, p[i].min_p = i % 4 == 3 ? 0.05f : 0.0f;
-    DeviceBuffer dp = upload(p);
+    DeviceBuffer dp = upload(params(filtered));
+    poison(ids.data(), ids.size(), nullptr);
     sample(nullptr, dwhole.as<float>(), total, m, total, 0, dp.as<SamplingParams>(), ids.as<int32_t>());
     const auto want = download<int32_t>(ids.data(), m);
     EXPECT_EQ(got[0][filtered], want) << (filtered ? "filtered" : "greedy and temperature-only") << ", rank 0";

@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -54,6 +56,22 @@ void on_two_ranks(Rank&& rank) {
   t1.join();
   for (const auto& f : failure)
     if (f) std::rethrow_exception(f);
+}
+
+// Holds `stream` for about `microseconds`: work queued behind it runs late, so that a missing wait on it
+// shows. A host function that sleeps, not a spinning kernel: a kernel would take an SM, and a kernel of the
+// other stream that wants every SM (a persistent grid) would then wait for it too, hiding the missing wait.
+inline void hold_stream(cudaStream_t stream, int microseconds) {
+  auto* us = new int(microseconds);
+  const cudaError_t err = cudaLaunchHostFunc(
+      stream,
+      [](void* p) {
+        const std::unique_ptr<int> us(static_cast<int*>(p));
+        std::this_thread::sleep_for(std::chrono::microseconds(*us));
+      },
+      us);
+  if (err != cudaSuccess) delete us;
+  KIMIRT_CUDA_CHECK(err);
 }
 
 inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {

@@ -3,6 +3,7 @@
 
 #include "kimirt/base/error.h"
 #include "kimirt/cuda/check.h"
+#include "kimirt/cuda/nccl_comm.h"
 
 namespace kimirt::cuda {
 
@@ -51,6 +52,11 @@ void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
 
 CommCrossShard::CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows, int device)
     : comm_(comm), shard_(shard), max_rows_(max_rows) {
+  // Its buffers are handed to the comm's collectives: they must live where its ranks' kernels run.
+  const auto* nccl = dynamic_cast<const NcclComm*>(&comm);
+  KIMIRT_CHECK(nccl && nccl->device() == device,
+               "lm_head: the cross-shard step needs a device communicator (NCCL) on GPU {}; got {}", device,
+               nccl ? fmt::format("NCCL on GPU {}", nccl->device()) : std::string("a host communicator"));
   const DeviceGuard on_device(device);
   const int64_t ranks = comm.size();
   KIMIRT_CHECK(

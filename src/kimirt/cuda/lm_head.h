@@ -41,7 +41,7 @@ class CrossShard {
                              float* full, int64_t ld_full) = 0;
 };
 
-// CrossShard over a Comm whose buffers live on the device (NcclComm), for shards of equal size (rank r holds
+// CrossShard over an NcclComm on `device` (anything else is refused), for shards of equal size (rank r holds
 // ids [r·size, (r+1)·size)): its gather buffers, for up to max_rows rows, are allocated here, at set-up, on
 // `device` (the comm's). They hold (ranks + 1)·max_rows·size fp32 logits: 377 MB at TP 8 over 163840 ids
 // and 512 rows, outside the arena's plan (plan_memory keeps 1 GiB for the context, cuBLASLt and NCCL): the
@@ -66,7 +66,9 @@ struct ShardedSampling {
   CrossShard* cross = nullptr;
   float* scratch_scores = nullptr;  // [m] fp32: the shard's winning scores, joined by combine
   // Whether any row of the params uses_filters(row, vocabulary) (sampling.h). The params live on the device,
-  // where the host cannot look without a sync, so the caller, who filled them, says. Then every row is
+  // where the host cannot look without a sync, so the caller, who filled them, says (any_uses_filters of
+  // the host copy over the whole vocabulary; a shard's size there would miss top-k between it and the
+  // vocabulary, and every shard would then keep its own top k: a wrong distribution, no error). Then every row is
   // sampled from the gathered vocabulary in full_logits ([m, vocabulary] fp32, row stride ld_full) on every
   // rank: the same logits, params and seeds give every rank the same ids. It must be the same on every rank
   // (they run different collectives otherwise). Under stream capture the choice is made once, at capture:

@@ -146,4 +146,18 @@ class DeviceArena {
   std::vector<Item> items_;
 };
 
+// A scope of step memory: what is taken from `arena`'s step region while it lives is given back when it
+// ends, however it ends (an exception in a layer step leaves no scratch taken).
+class StepScope {
+ public:
+  explicit StepScope(DeviceArena& arena) : arena_(arena), mark_(arena.mark()) {}
+  ~StepScope() { arena_.rewind(mark_); }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  DeviceArena& arena_;
+  uint64_t mark_;
+};
+
 }  // namespace kimirt::cuda

@@ -490,7 +490,8 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
   KIMIRT_CUDA_REQUIRE(a.ld_out >= int64_t{a.heads} * kMlaLatent && a.ld_out % 8 == 0, "mla_decode: ld_out ", a.ld_out,
                       " must be >= heads*512 and a multiple of 8");
   KIMIRT_CUDA_REQUIRE(a.ld_block_table > 0, "mla_decode: ld_block_table ", a.ld_block_table);
-  KIMIRT_CUDA_REQUIRE(a.num_pages >= 0 && a.num_pages * int64_t{a.page_size} < (int64_t{1} << 32),
+  // Rows are numbered in int32 (page id · page_size + offset) and so are the tensor copies' coordinates.
+  KIMIRT_CUDA_REQUIRE(a.num_pages >= 0 && a.num_pages * int64_t{a.page_size} <= (int64_t{1} << 31),
                       "mla_decode: num_pages ", a.num_pages, " out of range");
   KIMIRT_CUDA_REQUIRE(detail::aligned16(a.q) && detail::aligned16(a.cache) && detail::aligned16(a.out),
                       "mla_decode: q, cache and out must be 16-byte aligned");
@@ -502,6 +503,7 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
   KIMIRT_CUDA_REQUIRE(plan.splits >= 1 && plan.splits <= 65535 && plan.chunk > 0 && plan.chunk % kMlaChunkAlign == 0 &&
                           plan.head_groups >= 1 && plan.head_groups <= 65535 &&
                           int64_t{plan.head_groups} * plan.heads_per_group >= a.heads &&
+                          int64_t{plan.head_groups - 1} * plan.heads_per_group < a.heads &&
                           plan.heads_per_group <= per_block && plan.heads_per_group > 0,
                       "mla_decode: plan (", mla_decode_kernel_name(plan.kernel), ", splits ", plan.splits, ", chunk ",
                       plan.chunk, ", head groups ", plan.head_groups, " x ", plan.heads_per_group, ") does not fit ",

@@ -30,12 +30,25 @@ void check_dims(const MlaLayerDims& d, const MlaLayerWeights& w) {
   KIMIRT_CHECK(!d.output_gate || w.g_proj, "MLA layer: mla_use_output_gate needs g_proj");
 }
 
+// The q projection's buffers, taken before any launch (the decode step takes all its scratch before it forks).
+struct QBuffers {
+  bf16* q = nullptr;      // [t, heads·192]
+  bf16* q_lat = nullptr;  // [t, q_lora_rank] (q-LoRA only)
+};
+
+QBuffers q_buffers(DeviceArena& arena, const MlaLayerDims& d, int64_t t) {
+  QBuffers b;
+  b.q = arena.step<bf16>(t * d.heads * kQk, "mla.q");
+  if (d.q_lora_rank > 0) b.q_lat = arena.step<bf16>(t * d.q_lora_rank, "mla.q_lat");
+  return b;
+}
+
 // q [t, heads·192] from the normed input.
-bf16* project_q(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& d,
-                const MlaLayerWeights& w, const bf16* x, int64_t t) {
-  bf16* q = arena.step<bf16>(t * d.heads * kQk, "mla.q");
+bf16* project_q(Linear& linear, const QBuffers& b, cudaStream_t stream, const MlaLayerDims& d, const MlaLayerWeights& w,
+                const bf16* x, int64_t t) {
+  bf16* q = b.q;
   if (d.q_lora_rank > 0) {
-    bf16* q_lat = arena.step<bf16>(t * d.q_lora_rank, "mla.q_lat");
+    bf16* q_lat = b.q_lat;
     linear(stream, x, w.q_a_proj, q_lat, OutType::kBF16, t, d.q_lora_rank, d.hidden);
     // The norm fused into q_b_proj at decode sizes (one launch less on the step's critical path: the B=1
     // step's graph on one stream 161.9-162.8 us against 163.7-164.1 unfused, H200); normed in place before
@@ -81,9 +94,22 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
                  linear.sm_count());
   }
   if (batch == 0) return;
-  const uint64_t mark = arena.mark();
+  // What the attention would refuse, refused before anything is queued (on either stream).
+  KIMIRT_CHECK(batch <= 65535 && cache.cache && cache.block_table && cache.ld_block_table > 0 && cache.page_size > 0 &&
+                   cache.page_size % 32 == 0,
+               "MLA decode: batch {} (at most 65535), cache {}, block table {} (row stride {}), page size {} (a "
+               "positive multiple of 32)",
+               batch, cache.cache ? "set" : "null", cache.block_table ? "set" : "null", cache.ld_block_table,
+               cache.page_size);
+  const StepScope scratch(arena);
+  // All of the step's scratch is taken before the side stream forks: a throw after the fork would give back
+  // memory that the side stream's queued work still uses.
   bf16* kv_a = arena.step<bf16>(batch * kMlaRow, "mla.kv_a");
   bf16* g = d.output_gate ? arena.step<bf16>(batch * d.heads * kV, "mla.gate") : nullptr;
+  const QBuffers qb = q_buffers(arena, d, batch);
+  bf16* q_abs = arena.step<bf16>(batch * d.heads * kMlaRow, "mla.q_abs");
+  bf16* o_lat = arena.step<bf16>(batch * d.heads * kMlaLatent, "mla.o_latent");
+  bf16* o = arena.step<bf16>(batch * d.heads * kV, "mla.o");
   // The latent branch (kv_a, its norm, the cache append) and the gate projection depend only on x.
   auto latent_branch = [&](Linear& lin, cudaStream_t s) {
     lin(s, x, w.kv_a_proj, kv_a, OutType::kBF16, batch, kMlaRow, d.hidden);
@@ -93,6 +119,15 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   // attention is then planned for the others, and the two run side by side.
   const int gate_sms =
       side && g ? (side->gate_sms < 0 ? mla_gate_sms(linear.sm_count(), d.heads, batch) : side->gate_sms) : 0;
+  // The attention's plan depends on whether the gate keeps its SMs (known once it is launched): the split
+  // workspace is sized for either plan.
+  const auto plan_for = [&](int sms) {
+    return plan_mla_decode(static_cast<int>(batch), static_cast<int>(d.heads), max_seq_len, sms);
+  };
+  const uint64_t ws_bytes =
+      std::max(plan_for(linear.sm_count()).workspace_bytes,
+               gate_sms > 0 ? plan_for(linear.sm_count() - gate_sms).workspace_bytes : uint64_t{0});
+  void* ws = ws_bytes ? arena.allocate_step(ws_bytes, "mla.decode_partials") : nullptr;
   bool gate_kept = false;  // the gate projection runs on gate_sms SMs
   auto gate_branch = [&](Linear& lin, cudaStream_t s) {
     if (!g) return;
@@ -100,21 +135,41 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
       gate_kept = lin.on_sms(s, x, w.g_proj, g, OutType::kBF16, batch, d.heads * kV, d.hidden, gate_sms);
     if (!gate_kept) lin(s, x, w.g_proj, g, OutType::kBF16, batch, d.heads * kV, d.hidden);
   };
+  // Should a launch still throw between the fork and the join, the main stream is made to wait for the side
+  // stream's queued work before anything else runs on it (the next step reuses this step's scratch). Not
+  // copyable: a copy's destructor would join at the wrong place.
+  class JoinOnUnwind {
+   public:
+    explicit JoinOnUnwind(cudaStream_t main) : main_(main) {}
+    JoinOnUnwind(const JoinOnUnwind&) = delete;
+    JoinOnUnwind& operator=(const JoinOnUnwind&) = delete;
+    void arm(const MlaSideStream* side) { side_ = side; }
+    void disarm() { side_ = nullptr; }
+    ~JoinOnUnwind() {
+      if (side_ && cudaEventRecord(side_->gate_ready, side_->stream) == cudaSuccess) {
+        (void)cudaStreamWaitEvent(main_, side_->gate_ready);
+      }
+    }
+
+   private:
+    const MlaSideStream* side_ = nullptr;
+    cudaStream_t main_;
+  } join_on_unwind(stream);
   if (side) {
     KIMIRT_CUDA_CHECK(cudaEventRecord(side->fork, stream));
     KIMIRT_CUDA_CHECK(cudaStreamWaitEvent(side->stream, side->fork));
+    join_on_unwind.arm(side);
     latent_branch(*side->linear, side->stream);
     KIMIRT_CUDA_CHECK(cudaEventRecord(side->kv_ready, side->stream));
     gate_branch(*side->linear, side->stream);
     KIMIRT_CUDA_CHECK(cudaEventRecord(side->gate_ready, side->stream));
   }
-  bf16* q = project_q(linear, arena, stream, d, w, x, batch);
+  bf16* q = project_q(linear, qb, stream, d, w, x, batch);
   if (!side) latent_branch(linear, stream);
 
   // q_abs[:, h, :512] = q_nope_h · W_UK_h (W_UK_h = kv_b rows h·256 .. h·256+127, [128, 512]); q_pe copied.
   // The copy and the wait for the latent branch come first, so that the absorption kernel is the attention's
   // only predecessor: the attention then starts (page lookups, first cache copies) while it finishes.
-  bf16* q_abs = arena.step<bf16>(batch * d.heads * kMlaRow, "mla.q_abs");
   KIMIRT_CUDA_CHECK(cudaMemcpy2DAsync(q_abs + kMlaLatent, kMlaRow * sizeof(bf16), q + kNope, kQk * sizeof(bf16),
                                       kMlaRope * sizeof(bf16), static_cast<size_t>(batch * d.heads),
                                       cudaMemcpyDeviceToDevice, stream));
@@ -127,13 +182,10 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
                              OutType::kBF16, d.heads * kMlaRow, kMlaRow, batch, kMlaLatent, kNope, d.heads);
   }
 
-  const MlaDecodePlan plan = plan_mla_decode(static_cast<int>(batch), static_cast<int>(d.heads), max_seq_len,
-                                             linear.sm_count() - (gate_kept ? gate_sms : 0));
-  void* ws = plan.workspace_bytes ? arena.allocate_step(plan.workspace_bytes, "mla.decode_partials") : nullptr;
-  bf16* o_lat = arena.step<bf16>(batch * d.heads * kMlaLatent, "mla.o_latent");
+  const MlaDecodePlan plan = plan_for(linear.sm_count() - (gate_kept ? gate_sms : 0));
   MlaDecodeArgs a;
   a.q = q_abs, a.ld_q = d.heads * kMlaRow;
-  a.cache = cache.cache, a.page_size = cache.page_size;
+  a.cache = cache.cache, a.page_size = cache.page_size, a.num_pages = cache.num_pages;
   a.block_table = cache.block_table, a.ld_block_table = cache.ld_block_table, a.seq_lens = seq_lens;
   a.out = o_lat, a.ld_out = d.heads * kMlaLatent, a.batch = static_cast<int>(batch),
   a.heads = static_cast<int>(d.heads);
@@ -145,14 +197,13 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   // the gate projection is waited for first (on the side stream it ends about when the attention does).
   if (side) {
     KIMIRT_CUDA_CHECK(cudaStreamWaitEvent(stream, side->gate_ready));
+    join_on_unwind.disarm();  // joined
   } else {
     gate_branch(linear, stream);
   }
-  bf16* o = arena.step<bf16>(batch * d.heads * kV, "mla.o");
   linear.batched(stream, o_lat, d.heads * kMlaLatent, kMlaLatent, w.kv_b_proj + kNope * kMlaLatent, kMlaLatent,
                  kKvB * kMlaLatent, o, OutType::kBF16, d.heads * kV, kV, batch, kV, kMlaLatent, d.heads, g);
   o_proj(linear, stream, d, w, o, batch, out, accumulate);
-  arena.rewind(mark);
 }
 
 void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& d,
@@ -168,13 +219,15 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
                "MLA prefill: max_expanded_keys {} is below the chunk's {} tokens (a pass expands at least the "
                "chunk's own keys)",
                max_expanded_keys, tokens);
-  // Rewound however the step ends: a refused pass (or a failed allocation) leaves no scratch taken.
-  const struct Rewind {
-    DeviceArena& arena;
-    uint64_t mark;
-    ~Rewind() { arena.rewind(mark); }
-  } rewind{arena, arena.mark()};
-  bf16* q = project_q(linear, arena, stream, d, w, x, tokens);
+  // The host bounds size the kernels' grids: a zero or short one would leave rows unwritten, not fail.
+  KIMIRT_CHECK(batch >= 1 && max_q >= 1 && max_k >= max_q && int64_t{max_q} * batch >= tokens &&
+                   int64_t{max_k} * batch >= total_k,
+               "MLA prefill: {} tokens and {} keys in {} sequences cannot have at most {} queries and {} keys per "
+               "sequence (max_q, max_k)",
+               tokens, total_k, batch, max_q, max_k);
+  // Given back however the step ends: a refused pass (or a failed allocation) leaves no scratch taken.
+  const StepScope scratch(arena);
+  bf16* q = project_q(linear, q_buffers(arena, d, tokens), stream, d, w, x, tokens);
   bf16* kv_a = arena.step<bf16>(tokens * kMlaRow, "mla.kv_a");
   linear(stream, x, w.kv_a_proj, kv_a, OutType::kBF16, tokens, kMlaRow, d.hidden);
   bf16* g = nullptr;
@@ -207,12 +260,14 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
   };
 
   if (total_k <= (max_expanded_keys > 0 ? max_expanded_keys : keys_left())) {
-    // One pass over the whole context (the cached rows plus this chunk's, gathered from the cache).
-    mla_kv_norm_append(stream, kv_a, kMlaRow, w.kv_a_norm, d.latent_norm_eps, slots, tokens, cache.cache, nullptr, 0);
+    // One pass over the whole context (the cached rows plus this chunk's, gathered from the cache). The
+    // scratch is taken before the append: a step refused for memory leaves the cache as it was.
     bf16* latent = arena.step<bf16>(total_k * kMlaRow, "mla.context_latent");
+    bf16* kv = arena.step<bf16>(total_k * d.heads * kKvB, "mla.kv");
+    mla_kv_norm_append(stream, kv_a, kMlaRow, w.kv_a_norm, d.latent_norm_eps, slots, tokens, cache.cache, nullptr, 0);
     mla_gather_latent(stream, cache.cache, cache.page_size, cache.block_table, cache.ld_block_table, cu_k, batch, max_k,
                       latent);
-    expand(latent, total_k, arena.step<bf16>(total_k * d.heads * kKvB, "mla.kv"));
+    expand(latent, total_k, kv);
     a.gate = g, a.ld_gate = d.heads * kV;
     a.out = o, a.ld_out = d.heads * kV;
     a.cu_k = cu_k, a.total_k = total_k;
@@ -234,8 +289,12 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
                  "MLA prefill: {} keys per pass (max_expanded_keys {}, or what the step region has room for) are "
                  "fewer than the chunk's {} tokens",
                  pass_keys, max_expanded_keys, tokens);
-    bf16* latent = arena.step<bf16>(pass_keys * kMlaRow, "mla.pass_latent");
-    bf16* kv = arena.step<bf16>(pass_keys * d.heads * kKvB, "mla.pass_kv");
+    const int64_t context = total_k - tokens;  // the sequences' cached rows
+    const int64_t keys = std::min<int64_t>({pass_keys, context, (int64_t{1} << 31) - 1});
+    // The chunk's own pass expands `tokens` rows, each context pass at most `keys`.
+    const int64_t pass_rows = std::max(tokens, keys);
+    bf16* latent = arena.step<bf16>(pass_rows * kMlaRow, "mla.pass_latent");
+    bf16* kv = arena.step<bf16>(pass_rows * d.heads * kKvB, "mla.pass_kv");
     MlaPrefillMergeArgs m;
     m.tokens = tokens, m.heads = a.heads;
     m.part = part, m.ld_part = d.heads * kV, m.part_lse = part_lse, m.ld_part_lse = d.heads;
@@ -251,8 +310,6 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
     mla_prefill(stream, a);
     mla_prefill_merge(stream, m, MlaMergeMode::kFirst);
 
-    const int64_t context = total_k - tokens;  // the sequences' cached rows
-    const int64_t keys = std::min<int64_t>({pass_keys, context, (int64_t{1} << 31) - 1});
     const int64_t passes = (context + keys - 1) / keys;
     a.cu_k = cu_pass, a.causal = false;
     for (int64_t p = 0; p < passes; ++p) {

@@ -42,6 +42,9 @@ struct MlaCacheView {
   int page_size = 64;
   const int32_t* block_table = nullptr;  // device [batch, ld_block_table]
   int64_t ld_block_table = 0;
+  // Pages in `cache` (0: unknown). Known, it bounds the attention's tensor copies: a block-table entry past
+  // it reads zeros instead of whatever memory follows the cache.
+  int64_t num_pages = 0;
 };
 
 // A second stream for the decode step: the kv_a projection with the cache append, and the output-gate
@@ -76,6 +79,9 @@ int mla_gate_sms(int sm_count, int64_t heads, int64_t batch);
 // Decode: one new token per sequence. x [batch, hidden] (the normed layer input), slots [batch] (device:
 // cache slot of each new token), seq_lens [batch] (device, including the new token), max_seq_len (host
 // bound). out [batch, hidden] (+= when accumulate). side: optional (above).
+// Everything that changes per step is read on the device, so a captured step replays for any lengths up to
+// max_seq_len; the attention's split is planned from max_seq_len at capture, so a graph is captured with the
+// cache's capacity (a longer context would still be right, but its last chunk would take the rest alone).
 void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, const MlaLayerDims& dims,
                      const MlaLayerWeights& w, const MlaCacheView& cache, const __nv_bfloat16* x, int64_t batch,
                      const int32_t* slots, const int32_t* seq_lens, int max_seq_len, __nv_bfloat16* out,

@@ -215,14 +215,13 @@ __global__ void merge_kernel(const MlaPrefillMergeArgs m) {
     if constexpr (kMode != MlaMergeMode::kFirst) la = m.acc_lse[row];
   }
   __syncwarp();
+  if (!ok) return;
   float* acc = m.acc + row * kDv + c;
   if constexpr (kMode == MlaMergeMode::kFirst) {
-    if (!ok) return;
     reinterpret_cast<float4*>(acc)[0] = make_float4(p[0], p[1], p[2], p[3]);
     reinterpret_cast<float4*>(acc)[1] = make_float4(p[4], p[5], p[6], p[7]);
     if (c == 0) m.acc_lse[row] = lp;
   } else {
-    if (!ok) return;
     const float mx = fmaxf(la, lp);
     float wa = 0.0f, wp = 0.0f;
     if (mx != -INFINITY) wa = exp2f(la - mx), wp = exp2f(lp - mx);

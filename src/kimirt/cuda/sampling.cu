@@ -584,6 +584,13 @@ bool uses_filters(const SamplingParams& p, int64_t vocab) {
   return (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.0f || p.min_p > 0.0f;
 }
 
+bool any_uses_filters(std::span<const SamplingParams> params, int64_t vocab) {
+  for (const SamplingParams& p : params) {
+    if (uses_filters(p, vocab)) return true;
+  }
+  return false;
+}
+
 uint64_t sampling_workspace_bytes(int64_t rows) {
   // Only batches smaller than the SM count split rows over blocks (plan_launch).
   const int64_t split_rows = std::min<int64_t>(std::max<int64_t>(rows, 0), current_sm_count());

@@ -32,6 +32,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 
 namespace kimirt::cuda {
 
@@ -60,6 +61,8 @@ void validate(const SamplingParams& p);
 // the vocabulary, top-p < 1 or min-p > 0. Such rows cannot be sampled shard by shard (lm_head_sample gathers
 // the vocabulary for them).
 bool uses_filters(const SamplingParams& p, int64_t vocab);
+// Whether any of `params` (the host copy of a batch's) uses_filters over `vocab`: ShardedSampling::any_filtered.
+bool any_uses_filters(std::span<const SamplingParams> params, int64_t vocab);
 
 // Device scratch that lets several blocks share a row (small batches): sampling_workspace_bytes(rows) bytes,
 // zero-filled once before its first use (init_sampling_workspace); every call leaves it zeroed again. One

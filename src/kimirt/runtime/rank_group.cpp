@@ -137,8 +137,19 @@ void run_ranks(const RankLaunch& launch, const std::function<void(Comm& comm)>& 
     }
     std::vector<Comm*> ranks;
     for (auto& c : comms) ranks.push_back(c.get());
-    // A failed rank leaves the others in an NCCL call that only NCCL's timeout ends; the first error wins.
-    run_threads(ranks, fn, [](const std::string&) {});
+    // Each rank's thread makes its GPU current first: every call of fn that allocates, launches or makes a
+    // stream then goes to the rank's GPU (the threads that joined the communicators above have ended).
+    const auto on_rank_gpu = [&fn](Comm& c) {
+      cuda::set_current_device(static_cast<cuda::NcclComm&>(c).device());
+      fn(c);
+    };
+    // A failed rank leaves the others waiting in their next collective, which blocking NCCL never times out
+    // (aborting a communicator under a thread that may be inside a call on it is not safe with this NCCL):
+    // the failure is printed as it happens, so that a hung group at least says why.
+    run_threads(ranks, on_rank_gpu, [](const std::string& reason) {
+      std::fprintf(stderr, "kimirt: error: %s (the other ranks may now wait for it in a collective)\n", reason.c_str());
+      std::fflush(stderr);
+    });
     return;
 #else
     fail("--device {}: this kimirt was built without CUDA", device_name(launch.device));

@@ -2,9 +2,12 @@
 //   in one process  one thread per rank (CPU: LocalComm over shared memory; CUDA: NCCL, GPU r for rank r);
 //   under mpirun    this process is one rank (CPU: MpiComm; CUDA: NCCL bootstrapped through MPI, the GPU of
 //                   the process's local rank).
-// A rank that fails must not leave the others waiting in a collective: in one process the group's LocalComm
-// is aborted and the first error (the cause, not the aborts it caused) is rethrown; under mpirun the error is
-// printed with the rank and the whole launch is aborted (MPI_Abort), as the other processes cannot be reached.
+// A rank that fails must not leave the others waiting in a collective: in one process on the CPU the group's
+// LocalComm is aborted and the first error (the cause, not the aborts it caused) is rethrown; under mpirun the
+// error is printed with the rank and the whole launch is aborted (MPI_Abort), as the other processes cannot be
+// reached. Not yet for NCCL ranks in one process: the failure is printed at once, but the other ranks wait in
+// their next collective (a known gap: blocking communicators cannot be aborted safely under a thread that may be
+// inside a call on them; non-blocking ones, polled, could).
 #pragma once
 
 #include <functional>
