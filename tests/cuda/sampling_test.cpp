@@ -265,6 +265,26 @@ TEST(Sampling, MinPOneKeepsTheTopTies) {
   EXPECT_EQ(seen.size(), 2u);
 }
 
+// -0 and +0 are one value: top-k 2 over {1, -0 (id 1), +0 (id 2), negatives} has its threshold at 0 and keeps
+// both zeros, as the CPU sampler keeps id 1 (ties go to the lower id). With a key per bit pattern, -0 sorted
+// below +0 and was dropped.
+TEST(Sampling, TopKKeepsBothZerosAtAZeroThreshold) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 4096;
+  std::vector<float> l = test::random_vec(vocab, 13, -9, -1);
+  l[0] = 1.0f, l[1] = -0.0f, l[2] = 0.0f;
+  std::vector<SamplingParams> ps(64);
+  for (int i = 0; i < 64; ++i) ps[i].top_k = 2, ps[i].seed = 17, ps[i].step = i;
+  std::vector<float> rows;
+  for (size_t i = 0; i < ps.size(); ++i) rows.insert(rows.end(), l.begin(), l.end());
+  std::set<int32_t> seen;
+  for (int32_t id : run(rows, vocab, ps)) {
+    EXPECT_TRUE(id <= 2) << id;
+    seen.insert(id);
+  }
+  EXPECT_EQ(seen, (std::set<int32_t>{0, 1, 2}));  // each zero ~21% of draws: missing from 64 in ~3e-7
+}
+
 // One logit 40 above all others: the others' Gumbel noise (at most -ln(-ln(1 - 2^-24)) ≈ 16.6) cannot
 // overcome that, so every row picks it. With the 24-bit uniform that could round to u == 1 (noise +inf),
 // about 1% of rows at this vocabulary picked a uniformly random token instead (~20 of these 2048).

@@ -504,7 +504,8 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
                           plan.head_groups >= 1 && plan.head_groups <= 65535 &&
                           int64_t{plan.head_groups} * plan.heads_per_group >= a.heads &&
                           int64_t{plan.head_groups - 1} * plan.heads_per_group < a.heads &&
-                          plan.heads_per_group <= per_block && plan.heads_per_group > 0,
+                          plan.heads_per_group <= per_block && plan.heads_per_group > 0 &&
+                          int64_t{plan.splits} * plan.chunk <= (int64_t{1} << 31) - 1,
                       "mla_decode: plan (", mla_decode_kernel_name(plan.kernel), ", splits ", plan.splits, ", chunk ",
                       plan.chunk, ", head groups ", plan.head_groups, " x ", plan.heads_per_group, ") does not fit ",
                       a.heads, " heads; use plan_mla_decode");

@@ -48,10 +48,11 @@ struct RowScratch {
   unsigned long long hist[2][kMaxBlocksPerRow][kBins];
 };
 
-// Order-preserving map of floats to unsigned keys (larger float, larger key); NaN sorts lowest.
+// Order-preserving map of floats to unsigned keys (larger float, larger key); NaN sorts lowest. -0 and +0 are
+// one value (one key): a threshold at 0 keeps both, as every comparison of the values does.
 __device__ __forceinline__ uint32_t order_key(float f) {
   if (isnan(f)) return 0u;
-  const uint32_t u = __float_as_uint(f);
+  const uint32_t u = f == 0.0f ? 0u : __float_as_uint(f);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
