@@ -3,6 +3,7 @@
 // vocabulary shard.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -184,6 +185,57 @@ TEST(Sampling, LargeBatchesPickTheTokensOfSingleRows) {
     EXPECT_EQ(together[i], run(one, vocab, {ps[i]}, true)[0]) << "row " << i;
   }
   EXPECT_EQ(together[3] % 50, 0) << "a tied top value";
+}
+
+// The sampler as a decode graph uses it: captured once over fixed buffers (three rows, so each row is split over
+// blocks that meet at barriers in the workspace), then replayed as each step writes new logits and params
+// (seeds, steps, temperatures, filters) into them. Each replay gives the ids of an eager call on the same
+// inputs with a workspace of its own, and leaves the graph's barrier counters at zero as every call must.
+TEST(Sampling, GraphReplaysFollowNewParams) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 163840, rows = 3;
+  DeviceBuffer dl = test::poisoned(rows * vocab * 4), dp(rows * sizeof(SamplingParams)), ids = test::poisoned(rows * 4);
+  const uint64_t ws_bytes = sampling_workspace_bytes(rows);
+  DeviceBuffer ws(ws_bytes);
+  Stream stream;
+  init_sampling_workspace(ws.data(), ws_bytes, stream);
+  const auto call = [&] {
+    sample(stream, dl.as<float>(), vocab, rows, vocab, 0, dp.as<SamplingParams>(), ids.as<int32_t>(), nullptr,
+           ws.data(), ws_bytes);
+  };
+  const auto step_inputs = [&](int k, std::vector<float>& logits, std::vector<SamplingParams>& ps) {
+    logits = test::random_vec(rows * vocab, 700 + k, -6, 6);
+    ps.assign(rows, SamplingParams{});
+    ps[0].temperature = 0.0f;  // greedy
+    ps[1].temperature = 0.7f + 0.1f * k, ps[1].seed = 41, ps[1].step = k;
+    ps[2].temperature = 1.0f, ps[2].seed = 1000 + k, ps[2].step = 2 * k, ps[2].top_k = 20 + k, ps[2].top_p = 0.9f;
+    KIMIRT_CUDA_CHECK(cudaMemcpy(dl.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    KIMIRT_CUDA_CHECK(cudaMemcpy(dp.data(), ps.data(), ps.size() * sizeof(SamplingParams), cudaMemcpyHostToDevice));
+  };
+  std::vector<float> logits;
+  std::vector<SamplingParams> ps;
+  step_inputs(0, logits, ps);
+  call();  // kernel attributes set outside the capture
+  stream.synchronize();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  call();
+  KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int k = 1; k <= 4; ++k) {
+    step_inputs(k, logits, ps);
+    poison(ids.data(), ids.size(), stream);
+    KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    stream.synchronize();
+    EXPECT_EQ(download<int32_t>(ids.data(), rows), run(logits, vocab, ps)) << "step " << k;
+    // Each row's scratch starts with its barrier counter, which every call must leave at zero (the rest is
+    // written before it is read).
+    const auto left = download<uint32_t>(ws.data(), ws_bytes / 4);
+    for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(left[r * (ws_bytes / 4 / rows)], 0u) << "row " << r << ", step " << k;
+  }
+  KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 TEST(Sampling, FrequenciesFollowTheSoftmax) {
@@ -421,6 +473,34 @@ TEST(Sampling, JoinCandidatesTakesTheBestScoreThenTheLowerId) {
       << "a stride below the rows";
 }
 
+// The cross-shard step over NCCL with one rank (what a one-GPU machine can run of it): its buffers from the
+// arena, the gather of strided rows into strided full rows, and the join of one rank's candidates; a host
+// communicator is refused.
+TEST(Sampling, CrossShardStepOnOneRank) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t rows = 5, vocab = 3000, ld = vocab + 7, ld_full = vocab + 13;
+  auto comm = NcclComm::create(nccl_new_id(), 1, 0, 0);
+  const VocabShard shard{0, vocab, vocab};
+  DeviceArena arena(CommCrossShard::arena_bytes(1, shard, rows), 0);
+  CommCrossShard cross(*comm, shard, rows, arena);
+  const std::vector<float> logits = test::random_vec(rows * ld, 5);
+  DeviceBuffer dl = upload(logits), full = test::poisoned(rows * ld_full * 4);
+  cross.gather_logits(nullptr, dl.as<float>(), ld, rows, full.as<float>(), ld_full);
+  const auto got = download<float>(full.data(), rows * ld_full);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t v = 0; v < vocab; ++v) ASSERT_EQ(got[r * ld_full + v], logits[r * ld + v]) << r << ", " << v;
+  const std::vector<float> scores = {1.0f, -2.0f, 3.0f, 0.5f, -INFINITY};
+  const std::vector<int32_t> ids = {4, 3, 2, 1, 0};
+  DeviceBuffer ds = upload(scores), di = upload(ids);
+  cross.combine(nullptr, ds.as<float>(), di.as<int32_t>(), rows);
+  EXPECT_EQ(download<float>(ds.data(), rows), scores);
+  EXPECT_EQ(download<int32_t>(di.data(), rows), ids);
+  EXPECT_THROW(cross.combine(nullptr, ds.as<float>(), di.as<int32_t>(), rows + 1), Error) << "more rows than planned";
+  SingleComm host;
+  DeviceArena other(CommCrossShard::arena_bytes(1, shard, rows), 0);
+  EXPECT_THROW(CommCrossShard(host, shard, rows, other), Error) << "a host communicator";
+}
+
 // Two ranks on two GPUs, each with half of the vocabulary, sample a batch of greedy, temperature-only and
 // filtered rows over NCCL (CommCrossShard): both get exactly the ids one GPU samples from the whole
 // vocabulary's logits (the shards' logits, concatenated), first joined per shard, then gathered. Padded row
@@ -455,7 +535,12 @@ TEST(Sampling, TwoRanksSampleAsOneGpu) {
     KIMIRT_CUDA_CHECK(cudaSetDevice(r));
     auto comm = NcclComm::create(id, 2, r, r);
     const VocabShard shard{r * size, size, total};
-    CommCrossShard cross(*comm, shard, m + 3, r);
+    // The cross step's buffers in an arena of the size it asks for: enough (it would throw), and not more than
+    // the last buffer's alignment.
+    DeviceArena arena(CommCrossShard::arena_bytes(2, shard, m + 3), 0);
+    CommCrossShard cross(*comm, shard, m + 3, arena);
+    EXPECT_GT(arena.persistent_used() + kArenaAlignment, arena.persistent_capacity());
+    EXPECT_EQ(arena.device(), r);
     Stream stream;
     const int64_t ld = size + 16, ld_full = total + 32;
     DeviceBuffer ws(8 << 20), sws(8 << 20);

@@ -60,6 +60,11 @@ LaunchConfig& LaunchConfig::overlap_previous(bool on) {
   return *this;
 }
 
+LaunchConfig& LaunchConfig::cooperative(bool on) {
+  if (on) add(cudaLaunchAttributeCooperative).val.cooperative = 1;
+  return *this;
+}
+
 namespace {
 
 // The value `compute` gives for `key` on the current device, computed once per (device, key) under one lock

@@ -16,7 +16,8 @@ void ensure_dynamic_smem(const void* kernel, int bytes);
 // A launch configuration for cudaLaunchKernelEx: grid, threads, dynamic shared memory and stream, plus
 //   cluster(n)           blocks in clusters of n along x (n > 1; 1 adds nothing);
 //   overlap_previous()   programmatic dependent launch: the kernel may start before the stream's previous
-//                        kernel has ended and must wait for it (griddepcontrol.wait) before using its output.
+//                        kernel has ended and must wait for it (griddepcontrol.wait) before using its output;
+//   cooperative()        every block resident at once, or the launch fails.
 // cfg.attrs points into the object, so it is neither copied nor moved.
 class LaunchConfig {
  public:
@@ -25,12 +26,13 @@ class LaunchConfig {
   LaunchConfig& operator=(const LaunchConfig&) = delete;
   LaunchConfig& cluster(int blocks);
   LaunchConfig& overlap_previous(bool on = true);
+  LaunchConfig& cooperative(bool on = true);
   const cudaLaunchConfig_t* get() const { return &cfg_; }
 
  private:
   cudaLaunchAttribute& add(cudaLaunchAttributeID id);
   cudaLaunchConfig_t cfg_{};
-  cudaLaunchAttribute attrs_[2]{};
+  cudaLaunchAttribute attrs_[3]{};
 };
 
 // Clusters of `blocks` blocks of `kernel` (threads and dynamic shared memory per block) that can be resident

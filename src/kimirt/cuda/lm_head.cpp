@@ -50,23 +50,29 @@ void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
   if (sharded) tp.cross->combine(stream, tp.scratch_scores, ids, m);
 }
 
-CommCrossShard::CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows, int device)
+uint64_t CommCrossShard::arena_bytes(int ranks, const VocabShard& shard, int64_t max_rows) {
+  const auto aligned = [](uint64_t b) { return (b + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; };
+  const auto r = static_cast<uint64_t>(ranks), m = static_cast<uint64_t>(max_rows);
+  return 2 * aligned(r * m * 4) + aligned((r + 1) * m * static_cast<uint64_t>(shard.size) * 4);
+}
+
+CommCrossShard::CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows, DeviceArena& arena)
     : comm_(comm), shard_(shard), max_rows_(max_rows) {
   // Its buffers are handed to the comm's collectives: they must live where its ranks' kernels run.
   const auto* nccl = dynamic_cast<const NcclComm*>(&comm);
-  KIMIRT_CHECK(nccl && nccl->device() == device,
-               "lm_head: the cross-shard step needs a device communicator (NCCL) on GPU {}; got {}", device,
+  KIMIRT_CHECK(nccl && nccl->device() == arena.device(),
+               "lm_head: the cross-shard step needs a device communicator (NCCL) on the arena's GPU {}; got {}",
+               arena.device(),
                nccl ? fmt::format("NCCL on GPU {}", nccl->device()) : std::string("a host communicator"));
-  const DeviceGuard on_device(device);
   const int64_t ranks = comm.size();
   KIMIRT_CHECK(
       max_rows > 0 && shard.size > 0 && shard.size * ranks == shard.total && shard.offset == shard.size * comm.rank(),
       "lm_head: rank {} of {} holds the vocabulary shard [{}, {}) of {} (max_rows {}); the cross-shard step "
       "needs equal shards in rank order",
       comm.rank(), ranks, shard.offset, shard.offset + shard.size, shard.total, max_rows);
-  scores_ = DeviceBuffer(static_cast<uint64_t>(ranks * max_rows) * 4);
-  ids_ = DeviceBuffer(static_cast<uint64_t>(ranks * max_rows) * 4);
-  logits_ = DeviceBuffer(static_cast<uint64_t>((ranks + 1) * max_rows * shard.size) * 4);  // + the send slice
+  scores_ = arena.persistent<float>(static_cast<uint64_t>(ranks * max_rows), "lm_head.cross_scores");
+  ids_ = arena.persistent<int32_t>(static_cast<uint64_t>(ranks * max_rows), "lm_head.cross_ids");
+  logits_ = arena.persistent<float>(static_cast<uint64_t>((ranks + 1) * max_rows * shard.size), "lm_head.cross_logits");
 }
 
 void CommCrossShard::combine(cudaStream_t stream, float* scores, int32_t* ids, int64_t rows) {
@@ -74,9 +80,9 @@ void CommCrossShard::combine(cudaStream_t stream, float* scores, int32_t* ids, i
                max_rows_);
   if (rows == 0) return;
   // Rank r's candidates land at [r][rows].
-  comm_.all_gather(scores, scores_.data(), static_cast<size_t>(rows), DType::kF32, stream);
-  comm_.all_gather(ids, ids_.data(), static_cast<size_t>(rows), DType::kI32, stream);
-  join_candidates(stream, scores_.as<float>(), ids_.as<int32_t>(), comm_.size(), rows, rows, scores, ids);
+  comm_.all_gather(scores, scores_, static_cast<size_t>(rows), DType::kF32, stream);
+  comm_.all_gather(ids, ids_, static_cast<size_t>(rows), DType::kI32, stream);
+  join_candidates(stream, scores_, ids_, comm_.size(), rows, rows, scores, ids);
 }
 
 void CommCrossShard::gather_logits(cudaStream_t stream, const float* shard_logits, int64_t ld_shard, int64_t rows,
@@ -88,7 +94,7 @@ void CommCrossShard::gather_logits(cudaStream_t stream, const float* shard_logit
   const int ranks = comm_.size();
   const size_t width = static_cast<size_t>(shard_.size) * 4;
   // The gather sends one contiguous block: the shard's rows packed first unless they are already.
-  float* gathered = logits_.as<float>();
+  float* gathered = logits_;
   const float* send = shard_logits;
   if (ld_shard != shard_.size) {
     float* packed = gathered + static_cast<int64_t>(ranks) * max_rows_ * shard_.size;

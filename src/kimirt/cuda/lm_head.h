@@ -41,14 +41,15 @@ class CrossShard {
                              float* full, int64_t ld_full) = 0;
 };
 
-// CrossShard over an NcclComm on `device` (anything else is refused), for shards of equal size (rank r holds
-// ids [r·size, (r+1)·size)): its gather buffers, for up to max_rows rows, are allocated here, at set-up, on
-// `device` (the comm's). They hold (ranks + 1)·max_rows·size fp32 logits: 377 MB at TP 8 over 163840 ids
-// and 512 rows, outside the arena's plan (plan_memory keeps 1 GiB for the context, cuBLASLt and NCCL): the
-// runtime that wires this in should take them from the arena.
+// CrossShard over an NcclComm (anything else is refused), for shards of equal size (rank r holds ids
+// [r·size, (r+1)·size)). Its gather buffers, for up to max_rows rows, come from the persistent region of
+// `arena` (on the comm's GPU), so that the memory plan counts them: (ranks + 1)·max_rows·size fp32 logits
+// (377 MB at TP 8 over 163840 ids and 512 rows) and two [ranks][max_rows] arrays, arena_bytes() in all.
 class CommCrossShard final : public CrossShard {
  public:
-  CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows, int device);
+  CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows, DeviceArena& arena);
+  // The persistent arena bytes the constructor takes (alignment included).
+  static uint64_t arena_bytes(int ranks, const VocabShard& shard, int64_t max_rows);
   int64_t max_rows() const override { return max_rows_; }
   void combine(cudaStream_t stream, float* scores, int32_t* ids, int64_t rows) override;
   void gather_logits(cudaStream_t stream, const float* shard_logits, int64_t ld_shard, int64_t rows, float* full,
@@ -58,7 +59,9 @@ class CommCrossShard final : public CrossShard {
   Comm& comm_;
   VocabShard shard_;
   int64_t max_rows_;
-  DeviceBuffer scores_, ids_, logits_;  // [ranks][max_rows] each; [ranks][max_rows][shard size]
+  float* scores_ = nullptr;  // [ranks][max_rows]
+  int32_t* ids_ = nullptr;   // [ranks][max_rows]
+  float* logits_ = nullptr;  // [ranks + 1][max_rows][shard size]: the gathered shards, then the packed send slice
 };
 
 // What a vocabulary-sharded call needs (unused when the shard is the whole vocabulary).

@@ -618,10 +618,13 @@ void sample(cudaStream_t stream, const float* logits, int64_t ld, int64_t rows, 
   KIMIRT_CUDA_REQUIRE(l.blocks == 1 || rows <= current_sm_count(), "sample: internal launch plan");
   ensure_dynamic_smem(reinterpret_cast<const void*>(&sample_kernel), kCacheFloats * 4);
   const dim3 grid(static_cast<unsigned>(l.blocks), static_cast<unsigned>(rows));
-  sample_kernel<<<grid, kThreads, l.smem, stream>>>(logits, ld, static_cast<int>(vocab), vocab_offset, params, out_ids,
-                                                    out_scores, static_cast<RowScratch*>(workspace), l.blocks, l.chunk,
-                                                    l.cached);
-  KIMIRT_CUDA_CHECK_LAUNCH();
+  // A split row's blocks wait for each other: launched cooperatively, a grid that cannot be resident at once
+  // (fewer SMs than the device reports: an MPS limit, a green context) fails here instead of hanging.
+  LaunchConfig config(grid, kThreads, l.smem, stream);
+  config.cooperative(l.blocks > 1);
+  KIMIRT_CUDA_CHECK(cudaLaunchKernelEx(config.get(), sample_kernel, logits, ld, static_cast<int>(vocab), vocab_offset,
+                                       params, out_ids, out_scores, static_cast<RowScratch*>(workspace), l.blocks,
+                                       l.chunk, l.cached));
 }
 
 void join_candidates(cudaStream_t stream, const float* scores, const int32_t* ids, int ranks, int64_t stride,

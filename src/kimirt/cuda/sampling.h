@@ -65,12 +65,13 @@ bool uses_filters(const SamplingParams& p, int64_t vocab);
 bool any_uses_filters(std::span<const SamplingParams> params, int64_t vocab);
 
 // Device scratch that lets several blocks share a row (small batches): sampling_workspace_bytes(rows) bytes,
-// zero-filled once before its first use (init_sampling_workspace); every call leaves it zeroed again. One
+// zero-filled once before its first use (init_sampling_workspace); every call leaves its barrier counters at
+// zero again (the rest is scratch, written before it is read). One
 // workspace per stream (calls on it must not overlap): a workspace not zeroed, or shared by overlapping calls,
 // gives wrong tokens or a hang (the counters are not repaired per call, to keep a memset off the step).
-// The blocks of a row wait for each other: the launch keeps blocks x rows within the SM count, which makes
-// them resident together when the process has the whole GPU. Not checked under an MPS thread limit or a green
-// context with fewer SMs than the device reports (a cooperative launch would turn that into an error).
+// The blocks of a row wait for each other: the launch keeps blocks x rows within the SM count and is
+// cooperative, so a GPU share with fewer SMs than the device reports (an MPS limit, a green context) makes
+// the call fail rather than hang.
 uint64_t sampling_workspace_bytes(int64_t rows);
 void init_sampling_workspace(void* workspace, uint64_t bytes, cudaStream_t stream);
 
