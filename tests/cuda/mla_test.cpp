@@ -257,6 +257,9 @@ TEST(MlaPrefill, RejectsMissingTotalsAndOutOfRangeStrides) {
   bad = a;
   bad.hs_v = -8;
   EXPECT_THROW(mla_prefill(nullptr, bad), kimirt::Error);
+  bad = a;
+  bad.gate = buf.as<__nv_bfloat16>(), bad.ld_gate = 64;  // a row of gates shorter than heads x 128
+  EXPECT_THROW(mla_prefill(nullptr, bad), kimirt::Error);
   EXPECT_NO_THROW(mla_prefill(nullptr, a));
   KIMIRT_CUDA_CHECK(cudaDeviceSynchronize());
 }

@@ -270,7 +270,9 @@ __global__ void __launch_bounds__(fp8g::kThreads, 1)
     if (t == 0) detail::bulk_wait_group<0>();  // the boxes stay valid until the last stores have read them
   }
   if constexpr (kCluster > 1) {
-    // No block leaves while its peer may still arrive on its barriers.
+    // No block leaves while its peer may still arrive on its barriers. The warps reconverge first (the
+    // producer's and the storing threads' branches above): the .aligned barrier wants whole warps.
+    __syncwarp();
     detail::cluster_arrive();
     detail::cluster_wait();
   }

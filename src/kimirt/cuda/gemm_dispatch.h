@@ -104,8 +104,9 @@ class Linear {
 
   // y[m, n] (BF16, ldy) = dequant(xq) · dequant(wq)ᵀ, operands and scales as for GemmLt::linear_fp8, by the
   // path the table names for [n, k] at the M nearest to m; ours also runs what cuBLASLt cannot take (n % 16 != 0, or m
-  // % 4 != 0 without d_scratch of fp8_d_scratch_bytes). Both need ldy % 8 == 0; ours also n % 8 == 0 and 16-byte
-  // aligned operands. No layer calls this yet (the model's FP8 weights are not on the GPU path).
+  // % 4 != 0 without d_scratch of fp8_d_scratch_bytes). Both need ldy % 8 == 0; ours also n % 8 == 0, k % 128 == 0
+  // (whole scale blocks: every K3 shape) and 16-byte aligned operands, and refuses the rest naming the value. No
+  // layer calls this yet (the model's FP8 weights are not on the GPU path).
   void fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq, const float* w_scales,
            __nv_bfloat16* y, int64_t ldy, int64_t m, int64_t n, int64_t k, void* d_scratch, uint64_t d_scratch_bytes);
 

@@ -289,7 +289,7 @@ void launch_wgmma(cudaStream_t stream, const MlaPrefillArgs& a, float scale_log2
   ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), pw::kSmemBytes);
   // Query tiles vary fastest, so that the blocks running at once are few heads' and share their keys and values
   // through L2 (heads fastest: every block another head's, 7-18% slower, docs/PERF.md).
-  const dim3 grid(static_cast<unsigned>((a.max_q + pw::kBM - 1) / pw::kBM), static_cast<unsigned>(a.heads),
+  const dim3 grid(static_cast<unsigned>((int64_t{a.max_q} + pw::kBM - 1) / pw::kBM), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(a.batch));
   kernel<<<grid, pw::kThreads, pw::kSmemBytes, stream>>>(q_map, k_map, pe_map, v_map, pw::Params{a, scale_log2});
   KIMIRT_CUDA_CHECK_LAUNCH();
@@ -311,8 +311,9 @@ void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a, MlaPrefillKernel 
       ", ld_v ", a.ld_v, ", hs_v ", a.hs_v, ") must be multiples of 8");
   KIMIRT_CUDA_REQUIRE(stride_ok(a.ld_out) && a.ld_out >= int64_t{a.heads} * kDv, "mla_prefill: ld_out ", a.ld_out,
                       " must be a multiple of 8 and >= heads*128");
-  KIMIRT_CUDA_REQUIRE(!a.gate || (stride_ok(a.ld_gate) && detail::aligned16(a.gate)), "mla_prefill: gate stride ",
-                      a.ld_gate, " must be a multiple of 8 and gate 16-byte aligned");
+  KIMIRT_CUDA_REQUIRE(
+      !a.gate || (stride_ok(a.ld_gate) && a.ld_gate >= int64_t{a.heads} * kDv && detail::aligned16(a.gate)),
+      "mla_prefill: gate stride ", a.ld_gate, " must be a multiple of 8 and >= heads*128, and gate 16-byte aligned");
   KIMIRT_CUDA_REQUIRE(detail::aligned16(a.q) && detail::aligned16(a.k_nope) && detail::aligned16(a.k_pe) &&
                           detail::aligned16(a.v) && detail::aligned16(a.out),
                       "mla_prefill: q, k_nope, k_pe, v and out must be 16-byte aligned");
@@ -332,7 +333,7 @@ void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a, MlaPrefillKernel 
   }
   Params p{a, scale_log2};
   ensure_dynamic_smem(reinterpret_cast<const void*>(&mla_prefill_kernel), kSmemBytes);
-  const dim3 grid(static_cast<unsigned>((a.max_q + kBM - 1) / kBM), static_cast<unsigned>(a.heads),
+  const dim3 grid(static_cast<unsigned>((int64_t{a.max_q} + kBM - 1) / kBM), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(a.batch));
   mla_prefill_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
   KIMIRT_CUDA_CHECK_LAUNCH();
