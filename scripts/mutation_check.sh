@@ -11,8 +11,14 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=$1 file=$2 expr=$3 filter=$4 log=${5:-/dev/null}
+[[ -f $file ]] || { echo "mutation: no file $file"; exit 2; }
+# The tests must pass before the edit, or a failure after it says nothing.
+if ! (cd "$build" && timeout 120 ./tests/test_cuda --gtest_filter="$filter") >>"$log" 2>&1; then
+  echo "mutation: $filter fails before any edit (see $log)"
+  exit 2
+fi
 backup=$(mktemp)
-cp "$file" "$backup"
+cp "$file" "$backup" || exit 2
 # The source is restored and rebuilt: a later copy of the tree may carry an older mtime than the mutant's
 # objects, and ninja would then keep them.
 restore() {

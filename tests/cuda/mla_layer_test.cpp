@@ -332,8 +332,12 @@ TEST(MlaLayer, DecodeStepGraphReplaysAcrossSteps) {
     std::vector<float> c = cache.host;
     return test::to_bf16(c);
   }();
+  // The steps run on non-blocking streams, which the legacy stream's work (the buffers' poison, the W_UK
+  // transpose, a cudaMemcpy from pageable memory, which may return before its DMA lands) does not order: each
+  // input write is waited for on the whole device.
   auto copy_in = [&](DeviceBuffer& dst, const void* src, size_t bytes) {
     KIMIRT_CUDA_CHECK(cudaMemcpy(dst.data(), src, bytes, cudaMemcpyHostToDevice));
+    KIMIRT_CUDA_CHECK(cudaDeviceSynchronize());
   };
   // One stream with the absorption through kv_b (cuBLASLt); two streams through w_uk_t (skinny kernels).
   for (const MlaSideStream* sp : {static_cast<const MlaSideStream*>(nullptr), &side}) {
@@ -371,11 +375,11 @@ TEST(MlaLayer, DecodeStepGraphReplaysAcrossSteps) {
       copy_in(dl, lens.data(), batch * 4);
       // Each run appends this step's latent at the slots: the cache is restored so both see the same rows.
       copy_in(cache.dev, cache_bits.data(), cache_bits.size() * 2);
-      poison(eager.data(), eager.size(), nullptr);
+      poison(eager.data(), eager.size(), stream);
       step(eager);
       stream.synchronize();
       copy_in(cache.dev, cache_bits.data(), cache_bits.size() * 2);
-      poison(replayed.data(), replayed.size(), nullptr);
+      poison(replayed.data(), replayed.size(), stream);
       KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
       stream.synchronize();
       const auto want = download<uint16_t>(eager.data(), batch * s.hidden);
@@ -427,6 +431,7 @@ TEST(MlaLayer, DecodeStepWaitsForTheSideStream) {
     // with the held stream (and so would hide a missing wait).
     DeviceBuffer warm(batch * s.hidden * 2);
     step(warm);
+    t.stream.synchronize();  // the step joins the side stream: its append and gate are done before the poison
     // The scratch the step will take, and the slot it appends to, hold NaN.
     const uint64_t scratch = 16 << 20;
     poison(arena.allocate_step(scratch, "test.poison"), scratch, nullptr);

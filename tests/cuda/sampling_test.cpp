@@ -211,6 +211,9 @@ TEST(Sampling, GraphReplaysFollowNewParams) {
     ps[2].temperature = 1.0f, ps[2].seed = 1000 + k, ps[2].step = 2 * k, ps[2].top_k = 20 + k, ps[2].top_p = 0.9f;
     KIMIRT_CUDA_CHECK(cudaMemcpy(dl.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
     KIMIRT_CUDA_CHECK(cudaMemcpy(dp.data(), ps.data(), ps.size() * sizeof(SamplingParams), cudaMemcpyHostToDevice));
+    // The legacy stream's copies (from pageable memory they may return before the DMA lands) do not order the
+    // non-blocking stream the sampler runs on.
+    KIMIRT_CUDA_CHECK(cudaDeviceSynchronize());
   };
   std::vector<float> logits;
   std::vector<SamplingParams> ps;
@@ -474,7 +477,8 @@ TEST(Sampling, JoinCandidatesTakesTheBestScoreThenTheLowerId) {
 }
 
 // The cross-shard step over NCCL with one rank (what a one-GPU machine can run of it): its buffers from the
-// arena, the gather of strided rows into strided full rows, and the join of one rank's candidates; a host
+// arena, the gather of strided rows into strided full rows, and the call path of combine (with one rank the
+// join keeps every candidate: the join itself is JoinCandidates' and the two-GPU test's); a host
 // communicator is refused.
 TEST(Sampling, CrossShardStepOnOneRank) {
   KIMIRT_REQUIRE_GPU();

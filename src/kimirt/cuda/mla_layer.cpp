@@ -94,13 +94,15 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
                  linear.sm_count());
   }
   if (batch == 0) return;
-  // What the attention would refuse, refused before anything is queued (on either stream).
+  // The cache view, batch and pointers that the attention would refuse, refused before anything is queued on
+  // either stream (the attention checks them again; its shape checks cannot fail on what this step builds).
   KIMIRT_CHECK(batch <= 65535 && cache.cache && cache.block_table && cache.ld_block_table > 0 && cache.page_size > 0 &&
-                   cache.page_size % 32 == 0,
+                   cache.page_size % 32 == 0 && cache.num_pages >= 0 &&
+                   cache.num_pages * cache.page_size <= (int64_t{1} << 31) && slots && seq_lens,
                "MLA decode: batch {} (at most 65535), cache {}, block table {} (row stride {}), page size {} (a "
-               "positive multiple of 32)",
+               "positive multiple of 32), {} pages (rows below 2^31), slots {}, lengths {}",
                batch, cache.cache ? "set" : "null", cache.block_table ? "set" : "null", cache.ld_block_table,
-               cache.page_size);
+               cache.page_size, cache.num_pages, slots ? "set" : "null", seq_lens ? "set" : "null");
   const StepScope scratch(arena);
   // All of the step's scratch is taken before the side stream forks: a throw after the fork would give back
   // memory that the side stream's queued work still uses.
@@ -219,7 +221,9 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
                "MLA prefill: max_expanded_keys {} is below the chunk's {} tokens (a pass expands at least the "
                "chunk's own keys)",
                max_expanded_keys, tokens);
-  // The host bounds size the kernels' grids: a zero or short one would leave rows unwritten, not fail.
+  // The host bounds size the kernels' grids, and a bound below a sequence's length would leave its rows
+  // unwritten, not fail. The lengths are on the device: this refuses what cannot hold the batch on average
+  // (zero bounds included); a bound below one sequence's length is the caller's to avoid.
   KIMIRT_CHECK(batch >= 1 && max_q >= 1 && max_k >= max_q && int64_t{max_q} * batch >= tokens &&
                    int64_t{max_k} * batch >= total_k,
                "MLA prefill: {} tokens and {} keys in {} sequences cannot have at most {} queries and {} keys per "
