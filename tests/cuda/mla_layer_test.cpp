@@ -23,16 +23,9 @@ using test::upload;
 // Captures capture() on `stream` as a CUDA graph, replays it once and waits for it.
 template <typename F>
 void replay_once(Stream& stream, F capture) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  capture();
-  KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  const test::CapturedGraph graph(stream, capture);
+  graph.launch();
   stream.synchronize();
-  KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 struct Weight {
@@ -355,12 +348,7 @@ TEST(MlaLayer, DecodeStepGraphReplaysAcrossSteps) {
     copy_in(dl, first_lens.data(), batch * 4);
     step(eager);
     stream.synchronize();
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    step(replayed);
-    KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const test::CapturedGraph graph(stream, [&] { step(replayed); });
     const std::vector<std::vector<int>> contexts = {{40, 150}, {41, 151}, {0, 5}, {capacity - 1, 63}};
     for (size_t k = 0; k < contexts.size(); ++k) {
       const std::vector<int>& ctx = contexts[k];
@@ -380,7 +368,7 @@ TEST(MlaLayer, DecodeStepGraphReplaysAcrossSteps) {
       stream.synchronize();
       copy_in(cache.dev, cache_bits.data(), cache_bits.size() * 2);
       poison(replayed.data(), replayed.size(), stream);
-      KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      graph.launch();
       stream.synchronize();
       const auto want = download<uint16_t>(eager.data(), batch * s.hidden);
       EXPECT_EQ(download<uint16_t>(replayed.data(), batch * s.hidden), want) << "replay against eager";
@@ -393,8 +381,6 @@ TEST(MlaLayer, DecodeStepGraphReplaysAcrossSteps) {
         EXPECT_LE(test::rel_err(g, ref), 2e-2) << "sequence " << b;
       }
     }
-    KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
   }
   EXPECT_EQ(arena.step_used(), 0u) << "scratch released";
 }

@@ -220,16 +220,11 @@ TEST(Sampling, GraphReplaysFollowNewParams) {
   step_inputs(0, logits, ps);
   call();  // kernel attributes set outside the capture
   stream.synchronize();
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  call();
-  KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const test::CapturedGraph graph(stream, call);
   for (int k = 1; k <= 4; ++k) {
     step_inputs(k, logits, ps);
     poison(ids.data(), ids.size(), stream);
-    KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    graph.launch();
     stream.synchronize();
     EXPECT_EQ(download<int32_t>(ids.data(), rows), run(logits, vocab, ps)) << "step " << k;
     // Each row's scratch starts with its barrier counter, which every call must leave at zero (the rest is
@@ -237,8 +232,6 @@ TEST(Sampling, GraphReplaysFollowNewParams) {
     const auto left = download<uint32_t>(ws.data(), ws_bytes / 4);
     for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(left[r * (ws_bytes / 4 / rows)], 0u) << "row " << r << ", step " << k;
   }
-  KIMIRT_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 TEST(Sampling, FrequenciesFollowTheSoftmax) {

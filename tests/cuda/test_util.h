@@ -74,6 +74,35 @@ inline void hold_stream(cudaStream_t stream, int microseconds) {
   KIMIRT_CUDA_CHECK(err);
 }
 
+// A CUDA graph of the work that capture() queues on `stream` (thread-local capture), instantiated once;
+// launch() replays it there. What a decode loop does with a step: capture once, replay with new inputs.
+class CapturedGraph {
+ public:
+  template <class F>
+  CapturedGraph(cudaStream_t stream, F&& capture) : stream_(stream) {
+    KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    capture();
+    KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
+    KIMIRT_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  ~CapturedGraph() {  // checked without throwing: a failure still fails the test
+    if (exec_) {
+      EXPECT_EQ(cudaGraphExecDestroy(exec_), cudaSuccess);
+    }
+    if (graph_) {
+      EXPECT_EQ(cudaGraphDestroy(graph_), cudaSuccess);
+    }
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  void launch() const { KIMIRT_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+ private:
+  cudaStream_t stream_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(lo, hi);

@@ -51,9 +51,9 @@ void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
 }
 
 uint64_t CommCrossShard::arena_bytes(int ranks, const VocabShard& shard, int64_t max_rows) {
-  const auto aligned = [](uint64_t b) { return (b + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; };
   const auto r = static_cast<uint64_t>(ranks), m = static_cast<uint64_t>(max_rows);
-  return 2 * aligned(r * m * 4) + aligned((r + 1) * m * static_cast<uint64_t>(shard.size) * 4);
+  return 2 * align_up(r * m * 4, kArenaAlignment) +
+         align_up((r + 1) * m * static_cast<uint64_t>(shard.size) * 4, kArenaAlignment);
 }
 
 CommCrossShard::CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows, DeviceArena& arena)

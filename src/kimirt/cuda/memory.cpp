@@ -19,8 +19,6 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGiB = 1024.0 * kMiB;
 
-uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
-
 std::string human(uint64_t bytes) {
   if (bytes >= (1ull << 30)) return fmt::format("{:.2f} GiB", bytes / kGiB);
   if (bytes >= (1ull << 20)) return fmt::format("{:.1f} MiB", bytes / kMiB);

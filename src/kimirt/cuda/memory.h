@@ -20,6 +20,9 @@
 namespace kimirt::cuda {
 
 inline constexpr uint64_t kArenaAlignment = 256;  // cuBLASLt and TMA are happy with 256-byte starts
+// x rounded up to a multiple of a: what an arena allocation of x bytes at alignment a can take (sizing a
+// region that several allocations share).
+inline constexpr uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 // Owning cudaMalloc'ed memory for set-up time, tests and benchmarks (never inside a step).
 class DeviceBuffer {

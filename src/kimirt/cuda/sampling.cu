@@ -564,7 +564,7 @@ __global__ void join_candidates_kernel(const float* __restrict__ scores, const i
   for (int r = 1; r < ranks; ++r) {
     const float s = scores[r * stride + row];
     const int32_t id = ids[r * stride + row];
-    if (s > best || (s == best && id < best_id)) best = s, best_id = id;
+    if (pair_better(s, id, best, best_id)) best = s, best_id = id;
   }
   out_scores[row] = best;
   out_ids[row] = best_id;
