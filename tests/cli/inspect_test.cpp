@@ -2,6 +2,8 @@
 // with a message naming the file and the problem.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -63,6 +65,43 @@ TEST(Inspect, GpuMemoryBudgetIsChecked) {
   const auto r = run_kimirt("inspect " + golden("k3-tiny") + " --device --gpu-memory 80%");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("built without CUDA"), std::string::npos) << r.output;
+#endif
+}
+
+// Every visible GPU gets its own plan (each has its own free memory), and the cache the model gets is the
+// smallest GPU's: tensor-parallel ranks each keep the whole latent cache.
+TEST(Inspect, DevicePlansEveryGpu) {
+  const auto r = run_kimirt("inspect --json --device " + golden("k3-tiny"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto d = nlohmann::json::parse(r.output)["device"];
+#ifdef KIMIRT_HAVE_CUDA
+  const int gpus = d["gpus"].get<int>();
+  ASSERT_EQ(d["devices"].size(), static_cast<size_t>(gpus)) << d.dump(2);
+  if (gpus == 0) GTEST_SKIP() << "no GPU visible";
+  EXPECT_EQ(d["model_per_gpu"]["tp"].get<int>(), gpus);
+  uint64_t least = UINT64_MAX;
+  for (int i = 0; i < gpus; ++i) {
+    const auto& g = d["devices"][i];
+    EXPECT_EQ(g["ordinal"].get<int>(), i);
+    EXPECT_GT(g["memory_plan"]["arena_bytes"].get<uint64_t>(), 0u);
+    ASSERT_TRUE(g["fits"].get<bool>()) << "the tiny model fits any H200: " << g.dump(2);
+    least = std::min(least, g["cache_tokens"].get<uint64_t>());
+  }
+  EXPECT_TRUE(d["model_per_gpu"]["fits"].get<bool>());
+  EXPECT_EQ(d["model_per_gpu"]["cache_tokens"].get<uint64_t>(), least);
+  const auto text = run_kimirt("inspect --device " + golden("k3-tiny"));
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  for (int i = 0; i < gpus; ++i) {
+    EXPECT_NE(text.output.find("GPU memory plan for device " + std::to_string(i)), std::string::npos) << text.output;
+  }
+  if (gpus > 1) {
+    EXPECT_NE(text.output.find("all " + std::to_string(gpus) + " GPUs: " + std::to_string(least) + " cached tokens"),
+              std::string::npos)
+        << text.output;
+  }
+#else
+  EXPECT_FALSE(d["cuda"].get<bool>());
+  EXPECT_EQ(d["model_per_gpu"]["tp"].get<int>(), 1);
 #endif
 }
 

@@ -261,13 +261,13 @@ TEST(MlaLayer, DecodeStepReplaysFromACudaGraph) {
   const std::vector<int32_t> slots = {cache.slot(0, 50), cache.slot(1, 90)}, lens = {51, 91};
   DeviceBuffer ds = upload(slots), dl = upload(lens);
   DeviceArena arena(0, 64 << 20);
-  DeviceBuffer ws(32 << 20), sws(8 << 20), w_uk_t(s.heads * 512 * 128 * 2);
+  DeviceBuffer w_uk_t(s.heads * 512 * 128 * 2);
   mla_transpose_uk(nullptr, s.kv_b.d(), s.heads, w_uk_t.as<__nv_bfloat16>());
   MlaLayerWeights gw = s.gweights();
   gw.w_uk_t = w_uk_t.as<__nv_bfloat16>();
-  GemmLt lt(ws.data(), ws.size());
-  Linear linear(lt, sws.data(), sws.size(), query_device(0).sm_count);
-  Stream stream;
+  TwoStreams t;
+  Linear& linear = t.linear;
+  Stream& stream = t.stream;
   DeviceBuffer eager = test::poisoned(batch * s.hidden * 2), replay = test::poisoned(batch * s.hidden * 2);
   auto step = [&](DeviceBuffer& out) {
     mla_decode_step(linear, arena, stream, s.gdims(), gw, cache.view(), dx.as<__nv_bfloat16>(), batch, ds.as<int32_t>(),
@@ -280,13 +280,7 @@ TEST(MlaLayer, DecodeStepReplaysFromACudaGraph) {
 
   // With the latent and gate branches on a side stream: the same kernels on the same inputs, so the same
   // bits, eagerly and replayed (the capture forks to the side stream and joins back).
-  Stream side_stream;
-  DeviceBuffer side_ws(32 << 20), side_sws(8 << 20);
-  GemmLt side_lt(side_ws.data(), side_ws.size());
-  Linear side_linear(side_lt, side_sws.data(), side_sws.size(), query_device(0).sm_count);
-  cudaEvent_t ev[3];
-  for (auto& e : ev) KIMIRT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  const MlaSideStream side{side_stream, &side_linear, ev[0], ev[1], ev[2]};
+  const MlaSideStream side = t.side();
   DeviceBuffer side_eager = test::poisoned(batch * s.hidden * 2), side_replay = test::poisoned(batch * s.hidden * 2);
   auto side_step = [&](DeviceBuffer& out) {
     mla_decode_step(linear, arena, stream, s.gdims(), gw, cache.view(), dx.as<__nv_bfloat16>(), batch, ds.as<int32_t>(),
@@ -299,7 +293,6 @@ TEST(MlaLayer, DecodeStepReplaysFromACudaGraph) {
   replay_once(stream, [&] { side_step(side_replay); });
   EXPECT_EQ(download<uint16_t>(side_replay.data(), batch * s.hidden),
             download<uint16_t>(eager.data(), batch * s.hidden));
-  for (auto& e : ev) KIMIRT_CUDA_CHECK(cudaEventDestroy(e));
 }
 
 // What a server does with the graph: capture the step once, for the cache's capacity, then replay it step
@@ -457,14 +450,10 @@ TEST(MlaLayer, DecodeStepWithTheGateOnItsOwnSms) {
     const std::vector<int32_t> slots = {cache.slot(0, ctx)}, lens = {ctx + 1};
     DeviceBuffer ds = upload(slots), dl = upload(lens);
     DeviceArena arena(0, 64 << 20);
-    DeviceBuffer ws(32 << 20), sws(8 << 20), side_ws(32 << 20), side_sws(8 << 20);
-    GemmLt lt(ws.data(), ws.size()), side_lt(side_ws.data(), side_ws.size());
-    Linear linear(lt, sws.data(), sws.size(), sms), side_linear(side_lt, side_sws.data(), side_sws.size(), sms);
-    Stream stream, side_stream;
-    cudaEvent_t ev[3];
-    for (auto& e : ev) KIMIRT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    MlaSideStream side{side_stream, &side_linear, ev[0], ev[1], ev[2]};
-    side.gate_sms = gate_sms;
+    TwoStreams t;
+    Linear &linear = t.linear, &side_linear = t.side_linear;
+    Stream& stream = t.stream;
+    MlaSideStream side = t.side(gate_sms);
     const MlaLayerWeights gw = s.gweights();
     const int share = gate_sms < 0 ? mla_gate_sms(sms, heads, 1) : gate_sms;
     ASSERT_GT(share, 0);
@@ -504,7 +493,6 @@ TEST(MlaLayer, DecodeStepWithTheGateOnItsOwnSms) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("gate_sms"), std::string::npos) << e.what();
     }
-    for (auto& e : ev) KIMIRT_CUDA_CHECK(cudaEventDestroy(e));
   }
   // The measured choice: none at 8 heads (the attention is memory-bound) or past one token.
   EXPECT_EQ(mla_gate_sms(sms, 8, 1), 0);

@@ -14,6 +14,10 @@
 #include "kimirt/base/error.h"
 #include "kimirt/comm/mpi_comm.h"
 
+#ifdef KIMIRT_HAVE_CUDA
+#include "kimirt/cuda/device.h"
+#endif
+
 namespace kimirt::runtime {
 namespace {
 
@@ -67,6 +71,26 @@ TEST(RankGroup, AFailingRankReleasesTheOthersAndItsErrorIsRethrown) {
   EXPECT_THAT(others[0], HasSubstr("aborted"));
   EXPECT_THAT(others[2], HasSubstr("rank 1 failed: rank one broke"));
 }
+
+#ifdef KIMIRT_HAVE_CUDA
+// NCCL ranks cannot release each other: a failure is held back and printed only if the group hangs after
+// it (DelayedReport). A group that ends says it once, through the error its caller gets.
+TEST(RankGroup, OnGpusAFailureTheGroupOutlivesIsSaidOnce) {
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+  std::string error;
+  testing::internal::CaptureStderr();
+  try {
+    run_ranks(plan_launch(Device::kCuda, 2), [](Comm& comm) {
+      if (comm.rank() == 1) fail("rank one broke");
+    });
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const std::string printed = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(error, "rank one broke");
+  EXPECT_THAT(printed, ::testing::Not(HasSubstr("rank one broke")));
+}
+#endif
 
 TEST(RankGroup, OutsideMpiTheRanksLiveInThisProcess) {
   if (launched_under_mpi()) GTEST_SKIP() << "this test program runs under an MPI launcher";

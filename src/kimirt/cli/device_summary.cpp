@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/progress.h"
@@ -22,12 +23,6 @@
 
 namespace kimirt::cli {
 namespace {
-
-#ifdef KIMIRT_HAVE_CUDA
-cuda::MemoryBudget budget_of(const std::string& gpu_memory) {
-  return gpu_memory.empty() ? cuda::MemoryBudget{} : cuda::parse_memory_budget(gpu_memory);
-}
-#endif
 
 constexpr int64_t kDefaultContext = 131072;  // the default cache: one sequence this long (or the model's
                                              // max context when that is shorter)
@@ -141,6 +136,63 @@ Fit fit(const cuda::MemoryPlan& plan, const ModelNeeds& n) {
   f.tokens = n.mla_bytes_per_token ? (f.cache_bytes - n.kda_bytes_per_sequence) / n.mla_bytes_per_token : 0;
   return f;
 }
+
+struct GpuPlan {
+  cuda::DeviceInfo info;
+  cuda::MemoryPlan plan;
+  Fit fit;
+};
+
+// Every visible GPU planned under one budget, since each has its own free memory (another process on one
+// GPU is the usual way a multi-GPU start runs out of memory), and what the model leaves for caches on each.
+// The tensor-parallel ranks each keep the whole MLA latent cache, so the cache the model gets is the
+// smallest GPU's.
+struct DeviceReport {
+  int gpus = 0;
+  std::vector<GpuPlan> plans;  // one per GPU, unless `error`
+  std::optional<ModelNeeds> needs;
+  std::string error;  // a GPU the default budget could not plan (an explicit budget throws instead)
+
+  bool all_fit() const {
+    return !plans.empty() && std::all_of(plans.begin(), plans.end(), [](const GpuPlan& g) { return g.fit.fits; });
+  }
+  const GpuPlan& tightest() const {
+    return *std::min_element(plans.begin(), plans.end(),
+                             [](const GpuPlan& a, const GpuPlan& b) { return a.fit.tokens < b.fit.tokens; });
+  }
+};
+
+DeviceReport device_report(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory) {
+  DeviceReport r;
+  const cuda::MemoryBudget budget = gpu_memory.empty() ? cuda::MemoryBudget{} : cuda::parse_memory_budget(gpu_memory);
+  r.gpus = cuda::gpu_available() ? cuda::device_count() : 0;
+  if (config) r.needs = model_needs(*config, std::max(r.gpus, 1));
+  for (int d = 0; d < r.gpus; ++d) {
+    try {
+      GpuPlan g;
+      g.info = cuda::query_device(d);
+      g.plan = cuda::plan_memory(g.info, budget);
+      if (r.needs) g.fit = fit(g.plan, *r.needs);
+      r.plans.push_back(std::move(g));
+    } catch (const Error& e) {
+      if (!gpu_memory.empty()) throw Error(fmt::format("GPU {}: {}", d, e.what()));
+      r.error = fmt::format("GPU {}: {}", d, e.what());
+      r.plans.clear();
+      break;
+    }
+  }
+  return r;
+}
+
+std::string fit_text(const GpuPlan& g, const ModelNeeds& n, const std::string& who) {
+  if (g.fit.fits) {
+    return fmt::format("  fit         {}after the weights {} remain for caches: {} cached tokens\n", who,
+                       format_bytes(g.fit.cache_bytes), g.fit.tokens);
+  }
+  if (!n.error.empty()) return {};
+  return fmt::format("  fit         {}the weights ({}) do not fit this plan's {} for weights and caches\n", who,
+                     format_bytes(n.weight_bytes), format_bytes(g.plan.persistent_bytes - g.plan.workspace_bytes));
+}
 #endif
 
 }  // namespace
@@ -154,38 +206,27 @@ void check_gpu_memory(const std::string& gpu_memory) {
 }
 
 std::string device_summary_text(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory) {
-  check_gpu_memory(gpu_memory);
   std::string out;
 #ifdef KIMIRT_HAVE_CUDA
-  if (!cuda::gpu_available()) {
-    out += "  device      none visible (CUDA build, but no driver or device)\n";
-    if (config) out += needs_text(model_needs(*config, 1));
-    return out;
-  }
-  try {
-    const cuda::DeviceInfo info = cuda::query_device(0);
-    const int gpus = cuda::device_count();
-    const cuda::MemoryPlan plan = cuda::plan_memory(info, budget_of(gpu_memory));
-    out += indent(cuda::describe(info) + "\n");
-    if (gpus > 1) out += fmt::format("  ({} GPUs visible; the plan below is per GPU)\n", gpus);
-    out += indent(cuda::memory_plan_text(plan));
-    if (config) {
-      const ModelNeeds n = model_needs(*config, gpus);
-      out += needs_text(n);
-      const Fit f = fit(plan, n);
-      if (f.fits) {
-        out += fmt::format("  fit         after the weights {} remain for caches: {} cached tokens\n",
-                           format_bytes(f.cache_bytes), f.tokens);
-      } else if (n.error.empty()) {
-        out += fmt::format("  fit         the weights ({}) do not fit this plan's {} for weights and caches\n",
-                           format_bytes(n.weight_bytes), format_bytes(plan.persistent_bytes - plan.workspace_bytes));
-      }
+  const DeviceReport r = device_report(config, gpu_memory);
+  if (r.gpus == 0) out += "  device      none visible (CUDA build, but no driver or device)\n";
+  if (!r.error.empty()) out += fmt::format("  device      error: {}\n", r.error);
+  for (const GpuPlan& g : r.plans) out += indent(cuda::describe(g.info) + "\n" + cuda::memory_plan_text(g.plan));
+  if (r.needs) {
+    out += needs_text(*r.needs);
+    for (const GpuPlan& g : r.plans) {
+      out += fit_text(g, *r.needs, r.gpus > 1 ? fmt::format("GPU {}: ", g.info.ordinal) : std::string());
     }
-  } catch (const Error& e) {
-    if (!gpu_memory.empty()) throw;  // the budget asked for does not plan: an error, not a note
-    out += fmt::format("  device      error: {}\n", e.what());
+    if (r.plans.size() > 1 && r.all_fit()) {
+      const GpuPlan& t = r.tightest();
+      out += fmt::format(
+          "  fit         all {} GPUs: {} cached tokens (GPU {} has the least room; every rank keeps "
+          "the whole latent cache)\n",
+          r.gpus, t.fit.tokens, t.info.ordinal);
+    }
   }
 #else
+  check_gpu_memory(gpu_memory);
   out += "  device      none: this kimirt was built without CUDA\n";
   if (config) out += needs_text(model_needs(*config, 1));
 #endif
@@ -193,41 +234,41 @@ std::string device_summary_text(const std::optional<model::ModelConfig>& config,
 }
 
 nlohmann::json device_summary_json(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory) {
-  check_gpu_memory(gpu_memory);
   nlohmann::json j;
 #ifdef KIMIRT_HAVE_CUDA
+  const DeviceReport r = device_report(config, gpu_memory);
   j["cuda"] = true;
-  const int gpus = cuda::gpu_available() ? cuda::device_count() : 0;
-  j["gpus"] = gpus;
-  try {
-    if (gpus > 0) {
-      const cuda::DeviceInfo info = cuda::query_device(0);
-      const cuda::MemoryPlan plan = cuda::plan_memory(info, budget_of(gpu_memory));
-      j["device"] = {{"name", info.name},
-                     {"compute_capability", fmt::format("{}.{}", info.cc_major, info.cc_minor)},
-                     {"sm_count", info.sm_count},
-                     {"total_memory", info.total_memory},
-                     {"free_memory", info.free_memory},
-                     {"l2_cache_bytes", info.l2_cache_bytes}};
-      j["memory_plan"] = {{"arena_bytes", plan.arena_bytes},
-                          {"persistent_bytes", plan.persistent_bytes},
-                          {"workspace_bytes", plan.workspace_bytes},
-                          {"step_bytes", plan.step_bytes}};
-      if (config) {
-        const ModelNeeds n = model_needs(*config, gpus);
-        j["model_per_gpu"] = needs_json(n);
-        const Fit f = fit(plan, n);
-        j["model_per_gpu"]["fits"] = f.fits;
-        if (f.fits) j["model_per_gpu"]["cache_tokens"] = f.tokens;
-      }
-    } else if (config) {
-      j["model_per_gpu"] = needs_json(model_needs(*config, 1));
+  j["gpus"] = r.gpus;
+  if (!r.error.empty()) j["error"] = r.error;
+  j["devices"] = nlohmann::json::array();
+  for (const GpuPlan& g : r.plans) {
+    nlohmann::json d = {{"ordinal", g.info.ordinal},
+                        {"name", g.info.name},
+                        {"compute_capability", fmt::format("{}.{}", g.info.cc_major, g.info.cc_minor)},
+                        {"sm_count", g.info.sm_count},
+                        {"total_memory", g.info.total_memory},
+                        {"free_memory", g.info.free_memory},
+                        {"l2_cache_bytes", g.info.l2_cache_bytes},
+                        {"memory_plan",
+                         {{"arena_bytes", g.plan.arena_bytes},
+                          {"persistent_bytes", g.plan.persistent_bytes},
+                          {"workspace_bytes", g.plan.workspace_bytes},
+                          {"step_bytes", g.plan.step_bytes}}}};
+    if (r.needs) {
+      d["fits"] = g.fit.fits;
+      if (g.fit.fits) d["cache_tokens"] = g.fit.tokens;
     }
-  } catch (const Error& e) {
-    if (!gpu_memory.empty()) throw;
-    j["error"] = e.what();
+    j["devices"].push_back(std::move(d));
+  }
+  if (r.needs) {
+    j["model_per_gpu"] = needs_json(*r.needs);
+    if (!r.plans.empty()) {
+      j["model_per_gpu"]["fits"] = r.all_fit();
+      if (r.all_fit()) j["model_per_gpu"]["cache_tokens"] = r.tightest().fit.tokens;
+    }
   }
 #else
+  check_gpu_memory(gpu_memory);
   j["cuda"] = false;
   if (config) j["model_per_gpu"] = needs_json(model_needs(*config, 1));
 #endif

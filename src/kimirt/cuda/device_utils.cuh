@@ -40,6 +40,15 @@ __device__ __forceinline__ uint4 ldg16(const void* p) { return __ldg(reinterpret
 // Streaming load for data read once (weights): evict-first, so activations stay cached.
 __device__ __forceinline__ uint4 ldcs16(const void* p) { return __ldcs(reinterpret_cast<const uint4*>(p)); }
 
+// Order-preserving map of floats to unsigned keys (larger float, larger key), for radix selection and for
+// packing a value with its index into one comparable integer. NaN maps to 0, below every number. -0 and +0
+// are one value (one key): a threshold at 0 keeps both, as every comparison of the values does.
+__device__ __forceinline__ uint32_t order_key(float f) {
+  if (isnan(f)) return 0u;
+  const uint32_t u = f == 0.0f ? 0u : __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -159,6 +159,15 @@ void choose_algo(Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>&
 
 struct LtCache {
   std::map<Key, std::unique_ptr<Plan>> plans;
+
+  // The plan of `key`, made by build() on a miss. Inserted only once built: a build that throws (no
+  // algorithm, a failed timing run) leaves no empty entry behind.
+  template <typename Build>
+  Plan& get(const Key& key, Build&& build) {
+    auto found = plans.find(key);
+    if (found == plans.end()) found = plans.emplace(key, build()).first;
+    return *found->second;
+  }
 };
 
 GemmLt::GemmLt(void* workspace, uint64_t workspace_bytes, GemmLtOptions options)
@@ -265,10 +274,7 @@ void GemmLt::run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t s
                    0,
                    0,
                    0};
-  // Looked up, and inserted only once built: a build that throws (no algorithm, a failed timing run) leaves
-  // no empty entry behind.
-  auto found = cache_->plans.find(key);
-  if (found == cache_->plans.end()) {
+  const Plan& slot = cache_->get(key, [&] {
     auto plan = std::make_unique<Plan>();
     KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = transpose_w ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -294,12 +300,11 @@ void GemmLt::run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t s
       return cublasLtMatmul(handle_, pl.desc, &one, w, pl.a, x, pl.b, &zero, y, pl.d, y, pl.d, &algo, workspace_,
                             workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
     });
-    found = cache_->plans.emplace(key, std::move(plan)).first;
-  }
-  const auto& slot = found->second;
+    return plan;
+  });
   const float alpha = 1.0f;
-  KIMIRT_CUBLAS_CHECK(cublasLtMatmul(handle_, slot->desc, &alpha, w, slot->a, x, slot->b, &beta, y, slot->d, y, slot->d,
-                                     &slot->algo, workspace_, workspace_bytes_, stream));
+  KIMIRT_CUBLAS_CHECK(cublasLtMatmul(handle_, slot.desc, &alpha, w, slot.a, x, slot.b, &beta, y, slot.d, y, slot.d,
+                                     &slot.algo, workspace_, workspace_bytes_, stream));
 }
 
 void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq,
@@ -345,10 +350,7 @@ void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_s
                    0,
                    0,
                    0};
-  // Looked up, and inserted only once built: a build that throws (no algorithm, a failed timing run) leaves
-  // no empty entry behind.
-  auto found = cache_->plans.find(key);
-  if (found == cache_->plans.end()) {
+  const Plan& slot = cache_->get(key, [&] {
     auto plan = std::make_unique<Plan>();
     KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t op_a = CUBLAS_OP_T;
@@ -381,16 +383,15 @@ void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_s
       return cublasLtMatmul(handle_, pl.desc, &one, wq, pl.a, xq, pl.b, &zero, d, pl.d, d, pl.d, &algo, workspace_,
                             workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
     });
-    found = cache_->plans.emplace(key, std::move(plan)).first;
-  }
-  const auto& slot = found->second;
+    return plan;
+  });
   KIMIRT_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(slot->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
+      cublasLtMatmulDescSetAttribute(slot.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
   KIMIRT_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(slot->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
+      cublasLtMatmulDescSetAttribute(slot.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
   const float alpha = 1.0f, beta = 0.0f;
-  KIMIRT_CUBLAS_CHECK(cublasLtMatmul(handle_, slot->desc, &alpha, wq, slot->a, xq, slot->b, &beta, d, slot->d, d,
-                                     slot->d, &slot->algo, workspace_, workspace_bytes_, stream));
+  KIMIRT_CUBLAS_CHECK(cublasLtMatmul(handle_, slot.desc, &alpha, wq, slot.a, xq, slot.b, &beta, d, slot.d, d, slot.d,
+                                     &slot.algo, workspace_, workspace_bytes_, stream));
   if (!direct) {
     KIMIRT_CUDA_CHECK(cudaMemcpy2DAsync(y, static_cast<size_t>(ldy) * 2, d, static_cast<size_t>(n) * 2,
                                         static_cast<size_t>(n) * 2, static_cast<size_t>(m), cudaMemcpyDeviceToDevice,

@@ -120,14 +120,14 @@ std::string memory_plan_text(const MemoryPlan& plan) {
   std::string limit = fmt::format("{:.0f}% of total", plan.budget.fraction * 100.0);
   if (plan.budget.max_bytes) limit = fmt::format("at most {}", human(plan.budget.max_bytes));
   return fmt::format(
-      "GPU memory plan for {} ({} total, {} free at start)\n"
+      "GPU memory plan for device {}, {} ({} total, {} free at start)\n"
       "  budget: {}, keeping {} free for the CUDA context, cuBLASLt and NCCL\n"
       "  arena: {} in one allocation\n"
       "    persistent (weights, caches, workspace): {}\n"
       "      cuBLASLt workspace: {}\n"
       "      weights and caches: {}\n"
       "    step (activations, reset every step): {}\n",
-      plan.device.name, human(plan.device.total_memory), human(plan.device.free_memory), limit,
+      plan.device.ordinal, plan.device.name, human(plan.device.total_memory), human(plan.device.free_memory), limit,
       human(plan.budget.reserve_bytes), human(plan.arena_bytes), human(plan.persistent_bytes),
       human(plan.workspace_bytes), human(plan.persistent_bytes - plan.workspace_bytes), human(plan.step_bytes));
 }

@@ -14,12 +14,6 @@ namespace {
 
 constexpr int kPerLane = kRouterMaxExperts / 32;
 
-// Maps a float to an unsigned integer with the same order (-0 and +0 equal; NaN never reaches here).
-__device__ __forceinline__ uint32_t ordered_key(float v) {
-  const uint32_t u = __float_as_uint(v + 0.0f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t ld, const float* __restrict__ bias,
                                    int64_t tokens, int num_experts, int top_k, bool renormalize, float scale,
                                    int32_t* __restrict__ ids, float* __restrict__ weights) {
@@ -83,7 +77,7 @@ __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t ld,
   int32_t my_id = 0;
   for (int k = 0; k < top_k; ++k) {
     // Every real key, even that of -inf, is above 0: a lane with nothing left never wins.
-    const uint32_t key = my_slot >= 0 ? ordered_key(my_v) : 0u;
+    const uint32_t key = my_slot >= 0 ? detail::order_key(my_v) : 0u;
     const uint32_t best = __reduce_max_sync(0xffffffffu, key);
     const uint32_t id = __reduce_min_sync(
         0xffffffffu, my_slot >= 0 && key == best ? static_cast<uint32_t>(lane + 32 * my_slot) : 0xffffffffu);

@@ -48,14 +48,6 @@ struct RowScratch {
   unsigned long long hist[2][kMaxBlocksPerRow][kBins];
 };
 
-// Order-preserving map of floats to unsigned keys (larger float, larger key); NaN sorts lowest. -0 and +0 are
-// one value (one key): a threshold at 0 keeps both, as every comparison of the values does.
-__device__ __forceinline__ uint32_t order_key(float f) {
-  if (isnan(f)) return 0u;
-  const uint32_t u = f == 0.0f ? 0u : __float_as_uint(f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
 __device__ __forceinline__ bool pair_better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
 
 // Block-wide (value, id) argmax, ties to the lower id; result valid in every thread.
@@ -235,7 +227,7 @@ __device__ void select_and_draw(Shared& sh, RowScratch* rs, bool joint, int bloc
     for (int shift = 24; shift >= 0; shift -= 8) {
       zero_whist(sh);
       for_each_value(n, val, [&](float v, int) {
-        const uint32_t key = order_key(v);
+        const uint32_t key = detail::order_key(v);
         if ((key & mask) == prefix) count_add(&sh.whist[warp][(key >> shift) & 255u]);
       });
       join_histogram(sh, rs, jb, c, generation);
@@ -254,7 +246,7 @@ __device__ void select_and_draw(Shared& sh, RowScratch* rs, bool joint, int bloc
     for (int shift = 24; shift >= 0; shift -= 8) {
       zero_whist(sh);
       for_each_value(n, val, [&](float v, int) {
-        const uint32_t key = order_key(v);
+        const uint32_t key = detail::order_key(v);
         if (key >= tau && (key & mask) == prefix && !isnan(v)) {
           atomicAdd(&sh.whist[warp][(key >> shift) & 255u], fixed_mass(v, inv_t, zmax));
         }
@@ -280,7 +272,7 @@ __device__ void select_and_draw(Shared& sh, RowScratch* rs, bool joint, int bloc
   win_id = 0x7fffffff;
   for_each_value(n, val, [&](float v, int i) {
     const float zi = v * inv_t;
-    if (order_key(v) < tau || !(zi >= zmin)) return;
+    if (detail::order_key(v) < tau || !(zi >= zmin)) return;
     const int gid = id(i);
     const detail::Philox4 r =
         detail::philox4x32_10(detail::Philox4{static_cast<uint32_t>(vocab_offset + gid), static_cast<uint32_t>(p.step),
@@ -304,7 +296,7 @@ __device__ uint32_t local_topk_threshold(Shared& sh, int n, Val val, int k) {
   for (int shift = 24; shift >= 0; shift -= 8) {
     zero_whist(sh);
     for_each_value(n, val, [&](float v, int) {
-      const uint32_t key = order_key(v);
+      const uint32_t key = detail::order_key(v);
       if ((key & mask) == prefix) count_add(&sh.whist[warp][(key >> shift) & 255u]);
     });
     __syncthreads();
@@ -404,7 +396,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) cand_count = 0;
     __syncthreads();
     for_each_value(n, value, [&](float v, int i) {
-      if (order_key(v) >= tau_c) {
+      if (detail::order_key(v) >= tau_c) {
         const int slot = atomicAdd(&cand_count, 1);
         if (slot < kSoloCap) solo_val[slot] = v, solo_id[slot] = begin + i;
       }
@@ -436,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) cand_count = 0;
     __syncthreads();
     for_each_value(n, value, [&](float v, int i) {
-      if (order_key(v) >= tau_c) {
+      if (detail::order_key(v) >= tau_c) {
         const int slot = atomicAdd(&cand_count, 1);
         if (slot < kCandCap) rs->cand_val[c][slot] = v, rs->cand_id[c][slot] = begin + i;
       }

@@ -1,6 +1,7 @@
 #include "kimirt/runtime/rank_group.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -10,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "kimirt/base/delayed_report.h"
 #include "kimirt/base/error.h"
 #include "kimirt/base/start_threads.h"
 #include "kimirt/comm/local_comm.h"
@@ -145,10 +147,11 @@ void run_ranks(const RankLaunch& launch, const std::function<void(Comm& comm)>& 
     };
     // A failed rank leaves the others waiting in their next collective, which blocking NCCL never times out
     // (aborting a communicator under a thread that may be inside a call on it is not safe with this NCCL):
-    // the failure is printed as it happens, so that a hung group at least says why.
-    run_threads(ranks, on_rank_gpu, [](const std::string& reason) {
-      std::fprintf(stderr, "kimirt: error: %s (the other ranks may now wait for it in a collective)\n", reason.c_str());
-      std::fflush(stderr);
+    // when the group has not ended a few seconds after a failure, the failure is printed, so that a hung
+    // group at least says why. A group that ends reports it once, through the error rethrown here.
+    DelayedReport hang_report(std::chrono::seconds(5));
+    run_threads(ranks, on_rank_gpu, [&hang_report](const std::string& reason) {
+      hang_report.arm(reason + " (the other ranks are still waiting for it, in a collective)");
     });
     return;
 #else

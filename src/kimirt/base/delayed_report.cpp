@@ -1,0 +1,45 @@
+#include "kimirt/base/delayed_report.h"
+
+#include <cstdio>
+#include <system_error>
+#include <utility>
+
+namespace kimirt {
+namespace {
+
+void print_to_stderr(const std::string& message) {
+  std::fprintf(stderr, "kimirt: error: %s\n", message.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+DelayedReport::DelayedReport(std::chrono::milliseconds delay, Sink sink)
+    : delay_(delay), sink_(sink ? std::move(sink) : Sink(print_to_stderr)) {}
+
+DelayedReport::~DelayedReport() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    resolved_ = true;
+  }
+  resolved_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void DelayedReport::arm(const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (armed_ || resolved_) return;
+  armed_ = true;
+  try {
+    watcher_ = std::thread([this, message] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (resolved_cv_.wait_for(lock, delay_, [this] { return resolved_; })) return;
+      lock.unlock();
+      sink_(message);
+    });
+  } catch (const std::system_error&) {
+    sink_(message);
+  }
+}
+
+}  // namespace kimirt
