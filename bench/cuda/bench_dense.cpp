@@ -21,7 +21,7 @@ using bf16 = __nv_bfloat16;
 
 void dense_suite(Context& ctx) {
   const int64_t H = 7168;
-  for (int64_t t : {4096, 256, 1}) {
+  for (int64_t t : {4096, 256, 64, 8, 1}) {
     DeviceBuffer x(t * H * 2), r(t * H * 2), out(t * H * 2), w(H * 2);
     fill_uniform(x.as<bf16>(), t * H, -1, 1, 1, ctx.stream);
     fill_uniform(r.as<bf16>(), t * H, -1, 1, 2, ctx.stream);

@@ -1,4 +1,4 @@
-// Sampling over the full 163840-token vocabulary: greedy and top-k/top-p/min-p at batch 1, 64, 256.
+// Sampling over the full 163840-token vocabulary: greedy and top-k/top-p/min-p at batch 1, 8, 64, 256.
 #include <fmt/format.h>
 
 #include "cuda_bench.h"
@@ -14,7 +14,7 @@ using namespace kimirt::cuda;
 
 void sampling_suite(Context& ctx) {
   const int64_t vocab = 163840;
-  for (int64_t rows : {1, 64, 256}) {
+  for (int64_t rows : {1, 8, 64, 256}) {
     DeviceBuffer logits(rows * vocab * 4), params(rows * sizeof(SamplingParams)), ids(rows * 4),
         ws(sampling_workspace_bytes(rows));
     init_sampling_workspace(ws.data(), ws.size(), ctx.stream);
