@@ -375,6 +375,53 @@ TEST(MlaDecode, OneBlockOverManyPages) {
   }
 }
 
+// The rope part of q from a buffer of its own (MlaDecodeArgs::q_pe), laid out as q_b writes it ([heads,
+// 192]: q_nope then q_pe): every kernel, split and unsplit, gives the bits of the same call on a q that holds
+// its own q_pe, while q's own values 512..575 and q_b's q_nope are NaN (so that reading either shows).
+TEST(MlaDecode, RopePartFromItsOwnBuffer) {
+  KIMIRT_REQUIRE_GPU();
+  const int page = 64;
+  const std::vector<int32_t> lens = {1, 300, 64};
+  const int batch = lens.size(), max_pages = 5, num_pages = batch * max_pages;
+  std::vector<int32_t> table(batch * max_pages);
+  std::iota(table.rbegin(), table.rend(), 0);
+  std::vector<float> cache = test::random_vec(size_t(num_pages) * page * 576, 35, -2, 2);
+  DeviceBuffer dc = upload(test::to_bf16(cache)), dt = upload(table), dl = upload(lens);
+  const uint16_t kNaN = 0x7FC0;
+  for (int heads : {96, 12, 7}) {
+    std::vector<float> q_f = test::random_vec(batch * heads * 576, 36 + heads, -0.5f, 0.5f);
+    const std::vector<uint16_t> q = test::to_bf16(q_f);
+    std::vector<uint16_t> q_lat = q, q_b(size_t(batch) * heads * 192, kNaN);
+    for (int r = 0; r < batch * heads; ++r) {
+      std::fill_n(q_lat.begin() + r * 576 + 512, 64, kNaN);
+      std::copy_n(q.begin() + r * 576 + 512, 64, q_b.begin() + r * 192 + 128);
+    }
+    DeviceBuffer dq = upload(q), dq_lat = upload(q_lat), dq_b = upload(q_b);
+    for (MlaDecodeKernel kernel : kKernels) {
+      for (int sms : {1, 132}) {
+        const MlaDecodePlan plan = plan_mla_decode(batch, heads, 320, sms, kernel);
+        DeviceBuffer ws(plan.workspace_bytes + 16);
+        DeviceBuffer whole = test::poisoned(batch * heads * 512 * 2), apart = test::poisoned(batch * heads * 512 * 2);
+        MlaDecodeArgs a;
+        a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576;
+        a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
+        a.block_table = dt.as<int32_t>(), a.ld_block_table = max_pages, a.seq_lens = dl.as<int32_t>();
+        a.out = whole.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = batch, a.heads = heads;
+        mla_decode(nullptr, a, plan, ws.data());
+        a.q = dq_lat.as<__nv_bfloat16>();
+        a.q_pe = dq_b.as<__nv_bfloat16>() + 128, a.ld_q_pe_head = 192, a.ld_q_pe = heads * 192;
+        a.out = apart.as<__nv_bfloat16>();
+        mla_decode(nullptr, a, plan, ws.data());
+        const auto want = download<uint16_t>(whole.data(), batch * heads * 512);
+        EXPECT_EQ(download<uint16_t>(apart.data(), batch * heads * 512), want)
+            << mla_decode_kernel_name(kernel) << " heads " << heads << " splits " << plan.splits;
+        EXPECT_TRUE(std::none_of(want.begin(), want.end(), [](uint16_t v) { return (v & 0x7F80) == 0x7F80; }))
+            << "the reference call itself is finite";
+      }
+    }
+  }
+}
+
 // The plan: the memory-bound kernel for few heads per GPU, the wgmma kernel for many; one wave of blocks on
 // the SMs (a few blocks over the SM count would double the time).
 TEST(MlaDecode, PlanPicksKernelAndOneWave) {
@@ -519,6 +566,18 @@ TEST(MlaDecode, BadArgumentsAreErrors) {
   too_many.heads_per_group = 32, too_many.head_groups = 1;  // more heads than the kernel's block takes
   a.heads = 32, a.ld_q = 32 * 576, a.ld_out = 32 * 512;
   EXPECT_THROW(mla_decode(nullptr, a, too_many, nullptr), Error);
+  // q_pe apart: 16-byte aligned, strides multiples of 8 that keep the heads' 64 values apart.
+  a.heads = 1, a.ld_q = 576, a.ld_out = 512;
+  for (const auto& [offset, ld_head] : {std::pair{4, 192}, {0, 60}, {0, 68}}) {
+    a.q_pe = buf.as<__nv_bfloat16>() + offset, a.ld_q_pe_head = ld_head, a.ld_q_pe = 192;
+    try {
+      mla_decode(nullptr, a, plan_mla_decode(1, 1, 10, 132), nullptr);
+      ADD_FAILURE() << "q_pe at +" << offset << ", head stride " << ld_head << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("q_pe"), std::string::npos) << e.what();
+    }
+  }
+  a.q_pe = nullptr;
   // kSeesaw and kMma16 copy whole 32-row tiles, which must not straddle a page: chunks are multiples of 32.
   for (MlaDecodeKernel k : {MlaDecodeKernel::kSeesaw, MlaDecodeKernel::kMma16}) {
     MlaDecodePlan half_tiles = plan_mla_decode(1, 16, 10, 132, k);

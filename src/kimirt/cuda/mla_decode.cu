@@ -91,7 +91,7 @@ __device__ __forceinline__ void score_steps(float (&s)[kSFrag], uint64_t dq, uin
 
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_kernel(const __grid_constant__ CUtensorMap cache_map, const __grid_constant__ CUtensorMap q_map,
-                      MlaKernelParams prm) {
+                      const __grid_constant__ CUtensorMap q_pe_map, MlaKernelParams prm) {
   const MlaDecodeArgs& a = prm.a;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = detail::smem_aligned_1024(smem_raw);
@@ -155,7 +155,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     const uint32_t q_dst = detail::smem_addr(qs);
 #pragma unroll
-    for (int at = 0; at < kAtoms; ++at) detail::tma_load_3d(q_dst + at * kQAtomBytes, &q_map, at * 64, h0, b, bar0);
+    for (int at = 0; at < kAtoms - 1; ++at) {
+      detail::tma_load_3d(q_dst + at * kQAtomBytes, &q_map, at * 64, h0, b, bar0);
+    }
+    detail::tma_load_3d(q_dst + (kAtoms - 1) * kQAtomBytes, &q_pe_map, 0, h0, b, bar0);
   }
   __syncthreads();  // the barriers are initialized
 
@@ -384,12 +387,20 @@ CUtensorMap cache_tile_tensor_map(const bf16* cache, int64_t rows) {
 }
 
 // q [batch, heads, 576] (batch stride ld_q) as a 3-D tensor for one 64-head x 64-dim box per atom; heads
-// past the last are zero-filled by the copy engine.
+// past the last are zero-filled by the copy engine. The rope atom comes from its own map (q_pe_tensor_map).
 CUtensorMap q_tensor_map(const bf16* q, int heads, int batch, int64_t ld_q) {
   return bf16_tensor_map<3>(
-      q, {static_cast<cuuint64_t>(kMlaRow), static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)},
+      q, {static_cast<cuuint64_t>(kMlaLatent), static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)},
       {static_cast<cuuint64_t>(kMlaRow) * 2, static_cast<cuuint64_t>(ld_q) * 2}, {64, kM, 1},
       cat("q of ", batch, " x ", heads, " heads, ld_q ", ld_q));
+}
+
+// The rope part of q, [batch, heads, 64] (head stride ld_head, batch stride ld_batch): one box per block.
+CUtensorMap q_pe_tensor_map(const bf16* q_pe, int heads, int batch, int64_t ld_head, int64_t ld_batch) {
+  return bf16_tensor_map<3>(
+      q_pe, {static_cast<cuuint64_t>(kMlaRope), static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)},
+      {static_cast<cuuint64_t>(ld_head) * 2, static_cast<cuuint64_t>(ld_batch) * 2}, {64, kM, 1},
+      cat("q_pe of ", batch, " x ", heads, " heads, strides ", ld_head, " / ", ld_batch));
 }
 
 // Encoding a tensor map is a driver call; a decode step repeats the same few (the cache, the q buffer), so
@@ -397,7 +408,7 @@ CUtensorMap q_tensor_map(const bf16* q, int heads, int batch, int64_t ld_q) {
 struct MapKey {
   int kind;
   uintptr_t ptr;
-  int64_t d0, d1, d2;
+  int64_t d0, d1, d2, d3 = 0;
   bool operator==(const MapKey&) const = default;
 };
 
@@ -495,6 +506,13 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
                       "mla_decode: num_pages ", a.num_pages, " out of range");
   KIMIRT_CUDA_REQUIRE(detail::aligned16(a.q) && detail::aligned16(a.cache) && detail::aligned16(a.out),
                       "mla_decode: q, cache and out must be 16-byte aligned");
+  if (a.q_pe) {
+    KIMIRT_CUDA_REQUIRE(detail::aligned16(a.q_pe) && a.ld_q_pe_head >= kMlaRope && a.ld_q_pe_head % 8 == 0 &&
+                            a.ld_q_pe % 8 == 0 &&
+                            (a.batch == 1 || a.ld_q_pe >= int64_t{a.heads - 1} * a.ld_q_pe_head + kMlaRope),
+                        "mla_decode: q_pe must be 16-byte aligned with strides (head ", a.ld_q_pe_head, ", batch ",
+                        a.ld_q_pe, ") multiples of 8 that keep its ", a.heads, " heads of 64 apart");
+  }
   const bool mma16 = plan.kernel == MlaDecodeKernel::kMma16;
   KIMIRT_CUDA_REQUIRE(mma16 || plan.kernel == MlaDecodeKernel::kWgmma64 || plan.kernel == MlaDecodeKernel::kSeesaw,
                       "mla_decode: plan kernel ", mla_decode_kernel_name(plan.kernel),
@@ -513,7 +531,10 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
   KIMIRT_CUDA_REQUIRE(plan.kernel == MlaDecodeKernel::kWgmma64 || plan.chunk % mla_kernels::kTileRows == 0,
                       "mla_decode: a ", mla_decode_kernel_name(plan.kernel), " plan's chunk (", plan.chunk,
                       ") must be a multiple of ", mla_kernels::kTileRows, "; use plan_mla_decode");
-  MlaKernelParams p{a,
+  // Without a separate q_pe the rope part is q's own values 512..575: the kernels always read it as q_pe.
+  MlaDecodeArgs args = a;
+  if (!args.q_pe) args.q_pe = a.q + kMlaLatent, args.ld_q_pe_head = kMlaRow, args.ld_q_pe = a.ld_q;
+  MlaKernelParams p{args,
                     plan.splits,
                     plan.chunk,
                     plan.heads_per_group,
@@ -555,11 +576,14 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
   } else {
     const CUtensorMap q_map = cached_map({1, reinterpret_cast<uintptr_t>(a.q), a.heads, a.batch, a.ld_q},
                                          [&] { return q_tensor_map(a.q, a.heads, a.batch, a.ld_q); });
+    const CUtensorMap q_pe_map =
+        cached_map({3, reinterpret_cast<uintptr_t>(args.q_pe), a.heads, a.batch, args.ld_q_pe, args.ld_q_pe_head},
+                   [&] { return q_pe_tensor_map(args.q_pe, a.heads, a.batch, args.ld_q_pe_head, args.ld_q_pe); });
     if (plan.kernel == MlaDecodeKernel::kSeesaw) {
       namespace k = mla_kernels::seesaw;
-      launch(k::mla_decode_seesaw_kernel, k::kThreads, k::kSmemBytes, tile_map(), q_map, p);
+      launch(k::mla_decode_seesaw_kernel, k::kThreads, k::kSmemBytes, tile_map(), q_map, q_pe_map, p);
     } else {
-      launch(mla_decode_kernel, kThreads, kSmemBytes, box_map(), q_map, p);
+      launch(mla_decode_kernel, kThreads, kSmemBytes, box_map(), q_map, q_pe_map, p);
     }
   }
   if (plan.splits > 1) {

@@ -38,6 +38,13 @@ struct MlaDecodeArgs {
                                       // row already appended)
   __nv_bfloat16* out = nullptr;       // [batch, heads, 512]: per-query stride ld_out, head stride 512
   int64_t ld_out = 0;
+  // Optional: the rope part of q (64 values per head) read from here instead of q's values 512..575 (then
+  // not read): [batch, heads, 64] with head stride ld_q_pe_head and batch stride ld_q_pe, 16-byte aligned,
+  // strides multiples of 8. The layer step points it at q_b's output, so that no copy of q_pe into q runs
+  // between the projections and the attention.
+  const __nv_bfloat16* q_pe = nullptr;
+  int64_t ld_q_pe_head = 0;
+  int64_t ld_q_pe = 0;
   int batch = 0;
   int heads = 0;
   float scale = 0.0f;  // 0 means 192^-½ (q_nope 128 + q_pe 64)

@@ -163,14 +163,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   // registers would spill, with 9 warps a block gets at most 168 per thread. Rows padded by 16 bytes so that
   // the 8 rows of one ldmatrix matrix hit different banks.
   {
+    // ld.global.cg, not the read-only path: under overlap_previous q is written during this kernel's
+    // lifetime (before the wait above), which the non-coherent path's contract excludes.
     const bf16* qb = a.q + static_cast<int64_t>(b) * a.ld_q + static_cast<int64_t>(h0) * kMlaRow;
-    for (int i = tid; i < kHeads * (kMlaRow / 8); i += kConsumers) {
-      const int h = i / (kMlaRow / 8), c = i % (kMlaRow / 8);
-      // ld.global.cg, not the read-only path: under overlap_previous q is written during this kernel's
-      // lifetime (before the wait above), which the non-coherent path's contract excludes.
+    for (int i = tid; i < kHeads * (kMlaLatent / 8); i += kConsumers) {
+      const int h = i / (kMlaLatent / 8), c = i % (kMlaLatent / 8);
       const uint4 v =
           h < nh ? __ldcg(reinterpret_cast<const uint4*>(qb + h * kMlaRow + c * 8)) : make_uint4(0, 0, 0, 0);
       *reinterpret_cast<uint4*>(q_smem + h * kQLd + c * 16) = v;
+    }
+    // The rope part from its own buffer (MlaDecodeArgs::q_pe; q's own values 512..575 when not given).
+    const bf16* pb = a.q_pe + static_cast<int64_t>(b) * a.ld_q_pe + static_cast<int64_t>(h0) * a.ld_q_pe_head;
+    for (int i = tid; i < kHeads * (kMlaRope / 8); i += kConsumers) {
+      const int h = i / (kMlaRope / 8), c = i % (kMlaRope / 8);
+      const uint4 v =
+          h < nh ? __ldcg(reinterpret_cast<const uint4*>(pb + h * a.ld_q_pe_head + c * 8)) : make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(q_smem + h * kQLd + (kMlaLatent / 8 + c) * 16) = v;
     }
   }
   constexpr int kBothGroups = 3;  // named barrier of all consumer warps

@@ -264,7 +264,7 @@ struct Consumer {
 
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_seesaw_kernel(const __grid_constant__ CUtensorMap cache_map, const __grid_constant__ CUtensorMap q_map,
-                             MlaKernelParams prm) {
+                             const __grid_constant__ CUtensorMap q_pe_map, MlaKernelParams prm) {
   const MlaDecodeArgs& a = prm.a;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_aligned_1024(smem_raw);
@@ -332,9 +332,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           detail::pdl_wait();
           const uint32_t q_dst = detail::smem_addr(qs);
 #pragma unroll
-          for (int at = 0; at < kAtoms; ++at) {
+          for (int at = 0; at < kAtoms - 1; ++at) {
             detail::tma_load_3d(q_dst + at * kQAtomBytes, &q_map, at * 64, h0, b, full0);
           }
+          detail::tma_load_3d(q_dst + (kAtoms - 1) * kQAtomBytes, &q_pe_map, 0, h0, b, full0);
         }
       }
     }

@@ -169,12 +169,11 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   bf16* q = project_q(linear, qb, stream, d, w, x, batch);
   if (!side) latent_branch(linear, stream);
 
-  // q_abs[:, h, :512] = q_nope_h · W_UK_h (W_UK_h = kv_b rows h·256 .. h·256+127, [128, 512]); q_pe copied.
-  // The copy and the wait for the latent branch come first, so that the absorption kernel is the attention's
-  // only predecessor: the attention then starts (page lookups, first cache copies) while it finishes.
-  KIMIRT_CUDA_CHECK(cudaMemcpy2DAsync(q_abs + kMlaLatent, kMlaRow * sizeof(bf16), q + kNope, kQk * sizeof(bf16),
-                                      kMlaRope * sizeof(bf16), static_cast<size_t>(batch * d.heads),
-                                      cudaMemcpyDeviceToDevice, stream));
+  // q_abs[:, h, :512] = q_nope_h · W_UK_h (W_UK_h = kv_b rows h·256 .. h·256+127, [128, 512]); the attention
+  // reads q_pe where q_b wrote it (MlaDecodeArgs::q_pe: a copy into q_abs was a graph node of its own on the
+  // critical path, 1-3 us of the B=1 step). The wait for the latent branch comes first, so that the
+  // absorption kernel is the attention's only predecessor: the attention then starts (page lookups, first
+  // cache copies) while it finishes.
   if (side) KIMIRT_CUDA_CHECK(cudaStreamWaitEvent(stream, side->kv_ready));
   if (w.w_uk_t && linear.uses_skinny(batch, kMlaLatent, kNope)) {
     linear.batched(stream, q, d.heads * kQk, kQk, w.w_uk_t, kNope, kMlaLatent * kNope, q_abs, OutType::kBF16,
@@ -187,6 +186,7 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   const MlaDecodePlan plan = plan_for(linear.sm_count() - (gate_kept ? gate_sms : 0));
   MlaDecodeArgs a;
   a.q = q_abs, a.ld_q = d.heads * kMlaRow;
+  a.q_pe = q + kNope, a.ld_q_pe_head = kQk, a.ld_q_pe = d.heads * kQk;
   a.cache = cache.cache, a.page_size = cache.page_size, a.num_pages = cache.num_pages;
   a.block_table = cache.block_table, a.ld_block_table = cache.ld_block_table, a.seq_lens = seq_lens;
   a.out = o_lat, a.ld_out = d.heads * kMlaLatent, a.batch = static_cast<int>(batch),
