@@ -264,6 +264,18 @@ TEST(MlaPrefill, RejectsMissingTotalsAndOutOfRangeStrides) {
   KIMIRT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+// A decode call over a test cache: q [batch, heads, 576] and out [batch, heads, 512] packed, the block table
+// [batch, ld_table].
+MlaDecodeArgs decode_args(const DeviceBuffer& q, const DeviceBuffer& cache, int page, const DeviceBuffer& table,
+                          int ld_table, const DeviceBuffer& lens, const DeviceBuffer& out, int batch, int heads) {
+  MlaDecodeArgs a;
+  a.q = q.as<__nv_bfloat16>(), a.ld_q = heads * 576;
+  a.cache = cache.as<__nv_bfloat16>(), a.page_size = page;
+  a.block_table = table.as<int32_t>(), a.ld_block_table = ld_table, a.seq_lens = lens.as<int32_t>();
+  a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = batch, a.heads = heads;
+  return a;
+}
+
 constexpr MlaDecodeKernel kKernels[] = {MlaDecodeKernel::kMma16, MlaDecodeKernel::kWgmma64, MlaDecodeKernel::kSeesaw};
 
 // Every kernel, unsplit and split, at head counts that fill their head groups exactly (128, 64, 16), leave
@@ -297,12 +309,7 @@ TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
         ASSERT_EQ(plan.kernel, kernel);
         DeviceBuffer ws(plan.workspace_bytes + 16);
         DeviceBuffer out = test::poisoned(batch * heads * 512 * 2);
-        MlaDecodeArgs a;
-        a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576;
-        a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
-        a.block_table = dt.as<int32_t>(), a.ld_block_table = max_pages, a.seq_lens = dl.as<int32_t>();
-        a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = batch, a.heads = heads;
-        mla_decode(nullptr, a, plan, ws.data());
+        mla_decode(nullptr, decode_args(dq, dc, page, dt, max_pages, dl, out, batch, heads), plan, ws.data());
         // Per sequence: one error over all of them would let the 1-row sequence (a raw cache row, most of the
         // norm) hide a sequence's dropped rows.
         const std::vector<float> got = dl_bf16(out, batch * heads * 512);
@@ -337,11 +344,8 @@ TEST(MlaDecode, LongContextManySplits) {
       const MlaDecodePlan plan = plan_mla_decode(1, heads, len, 132, kernel);
       EXPECT_GT(plan.splits, 20) << mla_decode_kernel_name(kernel) << " heads " << heads;
       DeviceBuffer ws(plan.workspace_bytes + 16), out = test::poisoned(heads * 512 * 2);
-      MlaDecodeArgs a;
-      a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576, a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
+      MlaDecodeArgs a = decode_args(dq, dc, page, dt, pages, dl, out, 1, heads);
       a.num_pages = pages;  // the other tests leave it unknown (0)
-      a.block_table = dt.as<int32_t>(), a.ld_block_table = pages, a.seq_lens = dl.as<int32_t>();
-      a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = 1, a.heads = heads;
       mla_decode(nullptr, a, plan, ws.data());
       EXPECT_LE(test::rel_err(dl_bf16(out, heads * 512), ref), 1e-2)
           << mla_decode_kernel_name(kernel) << " heads " << heads << " splits " << plan.splits;
@@ -365,11 +369,8 @@ TEST(MlaDecode, OneBlockOverManyPages) {
     const MlaDecodePlan plan = plan_mla_decode(1, heads, len, 1, kernel);
     ASSERT_EQ(plan.splits, 1) << mla_decode_kernel_name(kernel);
     DeviceBuffer ws(plan.workspace_bytes + 16), out = test::poisoned(heads * 512 * 2);
-    MlaDecodeArgs a;
-    a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576, a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
+    MlaDecodeArgs a = decode_args(dq, dc, page, dt, pages, dl, out, 1, heads);
     a.num_pages = pages;
-    a.block_table = dt.as<int32_t>(), a.ld_block_table = pages, a.seq_lens = dl.as<int32_t>();
-    a.out = out.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = 1, a.heads = heads;
     mla_decode(nullptr, a, plan, ws.data());
     EXPECT_LE(test::rel_err(dl_bf16(out, heads * 512), ref), 1e-2) << mla_decode_kernel_name(kernel);
   }
@@ -402,11 +403,7 @@ TEST(MlaDecode, RopePartFromItsOwnBuffer) {
         const MlaDecodePlan plan = plan_mla_decode(batch, heads, 320, sms, kernel);
         DeviceBuffer ws(plan.workspace_bytes + 16);
         DeviceBuffer whole = test::poisoned(batch * heads * 512 * 2), apart = test::poisoned(batch * heads * 512 * 2);
-        MlaDecodeArgs a;
-        a.q = dq.as<__nv_bfloat16>(), a.ld_q = heads * 576;
-        a.cache = dc.as<__nv_bfloat16>(), a.page_size = page;
-        a.block_table = dt.as<int32_t>(), a.ld_block_table = max_pages, a.seq_lens = dl.as<int32_t>();
-        a.out = whole.as<__nv_bfloat16>(), a.ld_out = heads * 512, a.batch = batch, a.heads = heads;
+        MlaDecodeArgs a = decode_args(dq, dc, page, dt, max_pages, dl, whole, batch, heads);
         mla_decode(nullptr, a, plan, ws.data());
         a.q = dq_lat.as<__nv_bfloat16>();
         a.q_pe = dq_b.as<__nv_bfloat16>() + 128, a.ld_q_pe_head = 192, a.ld_q_pe = heads * 192;
