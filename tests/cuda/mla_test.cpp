@@ -565,16 +565,24 @@ TEST(MlaDecode, BadArgumentsAreErrors) {
   EXPECT_THROW(mla_decode(nullptr, a, too_many, nullptr), Error);
   // q_pe apart: 16-byte aligned, strides multiples of 8 that keep the heads' 64 values apart.
   a.heads = 1, a.ld_q = 576, a.ld_out = 512;
-  for (const auto& [offset, ld_head] : {std::pair{4, 192}, {0, 60}, {0, 68}}) {
-    a.q_pe = buf.as<__nv_bfloat16>() + offset, a.ld_q_pe_head = ld_head, a.ld_q_pe = 192;
+  // Misaligned; a head stride below 64 (a multiple of 8) or not a multiple of 8; a batch stride that lets two
+  // sequences' heads overlap, or a negative one.
+  struct BadPe {
+    int offset, ld_head, ld_batch, batch, heads;
+  };
+  for (const BadPe& c : {BadPe{4, 192, 192, 1, 1}, BadPe{0, 56, 192, 1, 1}, BadPe{0, 68, 192, 1, 1},
+                         BadPe{0, 64, 120, 2, 2}, BadPe{0, 64, -8, 1, 1}}) {
+    a.q_pe = buf.as<__nv_bfloat16>() + c.offset, a.ld_q_pe_head = c.ld_head, a.ld_q_pe = c.ld_batch;
+    a.batch = c.batch, a.heads = c.heads, a.ld_q = c.heads * 576, a.ld_out = c.heads * 512;
     try {
-      mla_decode(nullptr, a, plan_mla_decode(1, 1, 10, 132), nullptr);
-      ADD_FAILURE() << "q_pe at +" << offset << ", head stride " << ld_head << " was accepted";
+      mla_decode(nullptr, a, plan_mla_decode(c.batch, c.heads, 10, 132), nullptr);
+      ADD_FAILURE() << "q_pe at +" << c.offset << ", strides " << c.ld_head << " / " << c.ld_batch << " (batch "
+                    << c.batch << ", " << c.heads << " heads) was accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("q_pe"), std::string::npos) << e.what();
     }
   }
-  a.q_pe = nullptr;
+  a.q_pe = nullptr, a.batch = 1;
   // kSeesaw and kMma16 copy whole 32-row tiles, which must not straddle a page: chunks are multiples of 32.
   for (MlaDecodeKernel k : {MlaDecodeKernel::kSeesaw, MlaDecodeKernel::kMma16}) {
     MlaDecodePlan half_tiles = plan_mla_decode(1, 16, 10, 132, k);

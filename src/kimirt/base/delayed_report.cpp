@@ -1,7 +1,6 @@
 #include "kimirt/base/delayed_report.h"
 
 #include <cstdio>
-#include <system_error>
 #include <utility>
 
 namespace kimirt {
@@ -37,7 +36,7 @@ void DelayedReport::arm(const std::string& message) {
       lock.unlock();
       sink_(message);
     });
-  } catch (const std::system_error&) {
+  } catch (...) {  // no thread (std::system_error), or no memory for it or the message's copy
     sink_(message);
   }
 }

@@ -1,7 +1,7 @@
 // A message printed only if what it is about is still unresolved after a while. A rank that fails while
 // the others are blocked in a collective they can never finish leaves a group that hangs without a word;
-// a group that ends reports the failure once, through its error. So the failure is held back: printed if the
-// group has not ended within the delay, dropped when it has.
+// a group that ends reports the failure through its error. So the failure is held back: printed if the group
+// has not ended within the delay, dropped when it has (a group that ends after the delay says it twice).
 #pragma once
 
 #include <chrono>

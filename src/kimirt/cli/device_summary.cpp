@@ -158,7 +158,7 @@ struct DeviceReport {
   }
   const GpuPlan& tightest() const {
     return *std::min_element(plans.begin(), plans.end(),
-                             [](const GpuPlan& a, const GpuPlan& b) { return a.fit.tokens < b.fit.tokens; });
+                             [](const GpuPlan& a, const GpuPlan& b) { return a.fit.cache_bytes < b.fit.cache_bytes; });
   }
 };
 

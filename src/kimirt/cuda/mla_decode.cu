@@ -508,8 +508,7 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
                       "mla_decode: q, cache and out must be 16-byte aligned");
   if (a.q_pe) {
     KIMIRT_CUDA_REQUIRE(detail::aligned16(a.q_pe) && a.ld_q_pe_head >= kMlaRope && a.ld_q_pe_head % 8 == 0 &&
-                            a.ld_q_pe % 8 == 0 &&
-                            (a.batch == 1 || a.ld_q_pe >= int64_t{a.heads - 1} * a.ld_q_pe_head + kMlaRope),
+                            a.ld_q_pe % 8 == 0 && a.ld_q_pe >= int64_t{a.heads - 1} * a.ld_q_pe_head + kMlaRope,
                         "mla_decode: q_pe must be 16-byte aligned with strides (head ", a.ld_q_pe_head, ", batch ",
                         a.ld_q_pe, ") multiples of 8 that keep its ", a.heads, " heads of 64 apart");
   }

@@ -56,6 +56,9 @@ struct MlaDecodeArgs {
   // (as this call's merge kernel does), the grids it may overlap, recursively. The absorption GEMM before
   // the attention in a layer step qualifies. Overlap only happens when the stream's previous operation is a
   // kernel. Otherwise a decode call's start (launch, page lookup, first copies: a few µs) is spent idle.
+  // q and q_pe are read after the wait: whatever writes them must have ended by the time that kernel has
+  // (an earlier kernel on the stream, as q_b's GEMM for q_pe in the layer step, when the kernels in between
+  // each wait for their predecessor, as ordinary launches and griddepcontrol.wait do).
   bool overlap_previous = false;
 };
 
