@@ -426,6 +426,7 @@ TEST_F(LoaderFault, ShardTruncatedAfterOpenIsAShortRead) {
   } catch (const io::SafetensorsError& e) {
     EXPECT_EQ(e.kind(), io::SafetensorsError::Kind::kTruncated);
     EXPECT_THAT(e.what(), HasSubstr(shard));
+    EXPECT_THAT(e.tensor(), HasSubstr("language_model.model.")) << "names a tensor the read was for: " << e.what();
   }
   EXPECT_EQ(target.abandons, 1);
   EXPECT_EQ(target.finishes, 0);
@@ -487,10 +488,42 @@ TEST_F(LoaderFault, Fp8WeightWithoutScale) {
   auto raw = good_;
   raw.tensors[q_].dtype = DType::kF8E4M3;
   raw.tensors[q_].bytes.resize(64 * 64);
-  EXPECT_THAT(load_error(write("fp8", raw)),
-              HasSubstr(q_ + " is F8_E4M3 but has no block scale (language_model.model.layers.1.self_attn.q_proj."
-                             "weight_scale_inv or language_model.model.layers.1.self_attn.q_proj.weight_scale): "
-                             "refusing to load it as if it were unquantized"));
+  const std::string e = load_error(write("fp8", raw));
+  EXPECT_THAT(e, HasSubstr(q_ + " is F8_E4M3 but has no block scale (language_model.model.layers.1.self_attn.q_proj."
+                                "weight_scale_inv or language_model.model.layers.1.self_attn.q_proj.weight_scale): "
+                                "refusing to load it as if it were unquantized"));
+  EXPECT_THAT(e, HasSubstr(good_.shard_of.at(q_) + ": ")) << "names the shard";
+}
+
+// A quantized gate/up pair with one half missing: the error lists the missing half's tensors (weight and
+// block scale), not a format mismatch between the halves. Either half.
+TEST_F(LoaderFault, MissingHalfOfAnFp8GateUpPairIsNamed) {
+  const std::string mlp = "language_model.model.layers.0.mlp.";
+  auto fp8 = good_;
+  for (const char* half : {"gate_proj", "up_proj"}) {
+    loadtest::RawTensor& w = fp8.tensors.at(mlp + half + ".weight");
+    ASSERT_EQ(w.shape.size(), 2u);
+    w.dtype = DType::kF8E4M3;
+    w.bytes.assign(static_cast<size_t>(w.shape[0] * w.shape[1]), 0x38);  // 1.0 in E4M3
+    const Shape scale_shape = {(w.shape[0] + 127) / 128, (w.shape[1] + 127) / 128};
+    const float one = 1.0f;
+    std::vector<uint8_t> scale(static_cast<size_t>(scale_shape[0] * scale_shape[1]) * sizeof(float));
+    for (size_t i = 0; i < scale.size(); i += sizeof(float)) std::memcpy(scale.data() + i, &one, sizeof one);
+    fp8.tensors[mlp + half + ".weight_scale_inv"] = loadtest::RawTensor{DType::kF32, scale_shape, scale};
+    fp8.shard_of[mlp + half + ".weight_scale_inv"] = fp8.shard_of.at(mlp + half + ".weight");
+  }
+  EXPECT_EQ(load_error(write("fp8-pair", fp8)), "(no error)") << "the FP8 pair itself loads";
+  for (const char* gone : {"gate_proj", "up_proj"}) {
+    auto raw = fp8;
+    for (const char* suffix : {".weight", ".weight_scale_inv"}) {
+      raw.tensors.erase(mlp + gone + suffix);
+      raw.shard_of.erase(mlp + gone + suffix);
+    }
+    const std::string e = load_error(write(std::string("fp8-no-") + gone, raw));
+    EXPECT_THAT(e, HasSubstr("2 tensor(s) that this rank")) << gone;
+    EXPECT_THAT(e, HasSubstr(mlp + gone + ".weight")) << gone;
+    EXPECT_THAT(e, HasSubstr(mlp + gone + ".weight_scale_inv")) << gone;
+  }
 }
 
 TEST_F(LoaderFault, NonZeroALogPadding) {

@@ -179,6 +179,16 @@ TEST(Schema, AcceptsTwoDimensionalConvWeightsAndRefusesWrongShapes) {
   ASSERT_NE(conv, nullptr);
   Tensor flat(DType::kF32, {128, 4});
   EXPECT_EQ(s.normalize(*conv, 0, 0, flat.view(), "conv").shape(), (Shape{128, 1, 4}));
+  // The 2-D form goes through the same dtype checks as the 3-D one: not a float (and F8 without a scale),
+  // refused in both forms, naming the key and the dtype.
+  for (DType t : {DType::kF8E4M3, DType::kI32, DType::kU8}) {
+    Tensor flat_bad(t, {128, 4}), full_bad(t, {128, 1, 4});
+    for (const Tensor* bad : {&flat_bad, &full_bad}) {
+      const std::string e = error_of([&] { s.normalize(*conv, 0, 0, bad->view(), "x.q_conv1d.weight"); });
+      EXPECT_THAT(e, HasSubstr("x.q_conv1d.weight")) << dtype_name(t) << " rank " << bad->view().rank();
+      EXPECT_THAT(e, HasSubstr(std::string(dtype_name(t)))) << "rank " << bad->view().rank();
+    }
+  }
   Tensor wrong(DType::kF32, {128, 1, 3});
   EXPECT_THAT(error_of([&] { s.normalize(*conv, 0, 0, wrong.view(), "x.q_conv1d.weight"); }),
               HasSubstr("x.q_conv1d.weight: shape [128, 1, 3] != expected [128, 1, 4]"));

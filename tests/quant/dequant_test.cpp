@@ -3,14 +3,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
+#include "common/error_of.h"
 #include "kimirt/base/error.h"
 #include "kimirt/tensor/float_convert.h"
 
 namespace kimirt::quant {
 namespace {
 
+using test::error_of;
 using ::testing::HasSubstr;
 
 float at(const Tensor& t, int64_t r, int64_t c) { return t.data_as<float>()[r * t.dim(1) + c]; }
@@ -136,6 +139,19 @@ TEST(Dequant, RefusesMissingOrMisshapenParts) {
   Tensor nv_scale(DType::kF8E4M3, {2, 4});
   const TensorView nv[] = {packed.view(), nv_scale.view(), zero.view(), TensorView()};
   EXPECT_THROW(dequantize(WeightFormat::kNvfp4CompressedTensors, nv, Shape{2, 64}, "w"), Error);
+  // A global scale that is not a finite number would turn every weight into NaN or infinity: refused, named.
+  for (float g : {std::nanf(""), INFINITY, -INFINITY}) {
+    Tensor global = Tensor::from_f32(std::vector<float>{g}, Shape{});
+    const TensorView parts2[] = {packed.view(), nv_scale.view(), global.view(), TensorView()};
+    EXPECT_THAT(error_of([&] {
+                  dequantize(WeightFormat::kNvfp4ModelOpt, parts2, Shape{2, 64}, "l.w");
+                }),
+                HasSubstr("l.w: weight_scale_2 is"));
+    EXPECT_THAT(error_of([&] {
+                  dequantize(WeightFormat::kNvfp4CompressedTensors, parts2, Shape{2, 64}, "l.w");
+                }),
+                HasSubstr("l.w: weight_global_scale is"));
+  }
 }
 
 }  // namespace

@@ -16,7 +16,8 @@ SafetensorsError::SafetensorsError(Kind kind, std::string file, std::string tens
     : Error(safetensors_message(file, tensor, detail)),
       kind_(kind),
       file_(std::move(file)),
-      tensor_(std::move(tensor)) {}
+      tensor_(std::move(tensor)),
+      detail_(detail) {}
 
 std::string_view kind_name(SafetensorsError::Kind kind) {
   using K = SafetensorsError::Kind;

@@ -45,11 +45,16 @@ class SafetensorsError : public Error {
   const std::string& file() const { return file_; }
   // Empty when the problem is not about one tensor.
   const std::string& tensor() const { return tensor_; }
+  // The same error about `tensor` (a reader of byte ranges learns the name from the range's owner).
+  SafetensorsError naming(std::string tensor) const {
+    return SafetensorsError(kind_, file_, std::move(tensor), detail_);
+  }
 
  private:
   Kind kind_;
   std::string file_;
   std::string tensor_;
+  std::string detail_;
 };
 
 std::string_view kind_name(SafetensorsError::Kind kind);

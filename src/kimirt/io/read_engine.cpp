@@ -263,8 +263,7 @@ class Engine {
       const uint64_t want = std::min(file_end, read.offset + read.length + options_.read_ahead_bytes);
       const uint64_t from = std::max(advised, read.offset);
       // In steps of a quarter window (not one call per read), and once more for the file's tail.
-      if (want > from &&
-          (advised < read.offset || want - from >= options_.read_ahead_bytes / 4 || want == file_end)) {
+      if (want > from && (advised < read.offset || want - from >= options_.read_ahead_bytes / 4 || want == file_end)) {
         advise(sf, from, want - from, POSIX_FADV_WILLNEED);
         advised = want;
       }
@@ -272,7 +271,7 @@ class Engine {
       if (!slot) return;
       uint8_t* buffer = ring_.data(*slot);
       try {
-        sf.read_bytes(read.offset, read.length, buffer);
+        read_named(sf, read, buffer);
         have = cursor.next(next);
         ++preads_;
         bytes_read_ += read.length;
@@ -288,6 +287,20 @@ class Engine {
       if (options_.progress) options_.progress->add(read.length);
       std::swap(read, next);
       if (stop_.load()) return;
+    }
+  }
+
+  // A failed read (the file shrank, an I/O error) names the tensor whose bytes it was reading, as its owner
+  // calls it: the engine itself only knows byte ranges.
+  void read_named(const SafetensorsFile& sf, const Read& read, uint8_t* buffer) {
+    try {
+      sf.read_bytes(read.offset, read.length, buffer);
+    } catch (const SafetensorsError& e) {
+      if (!e.tensor().empty() || read.pieces.empty()) throw;
+      std::string name = sink_.describe(read.pieces.front().id);
+      if (name.empty()) throw;
+      if (read.pieces.size() > 1) name += fmt::format(" (and {} more ranges of this read)", read.pieces.size() - 1);
+      throw e.naming(std::move(name));
     }
   }
 

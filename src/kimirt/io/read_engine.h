@@ -66,6 +66,11 @@ class ReadSink {
   // copies); the engine then calls fence(slot) before it reuses or frees that buffer.
   virtual bool asynchronous() const { return false; }
   virtual void fence(int staging_slot) { (void)staging_slot; }
+  // What piece `id` belongs to (a tensor's name), for an error met while reading its bytes; empty: unknown.
+  virtual std::string describe(uint64_t id) const {
+    (void)id;
+    return {};
+  }
 };
 
 struct ReadOptions {

@@ -16,6 +16,7 @@ namespace kimirt::model {
 struct KeyEntry {
   std::string name;
   std::optional<DType> dtype;  // known once a shard header has been read
+  std::string file = {};       // the shard holding it, when known (named in format errors)
 };
 
 class KeyIndex {

@@ -232,7 +232,8 @@ std::vector<CopyBlock> region_blocks(const Shape& src_shape, const quant::Region
 KeyIndex checkpoint_keys(const io::Checkpoint& checkpoint) {
   std::vector<KeyEntry> entries;
   for (const auto& shard : checkpoint.shards()) {
-    for (const auto& info : shard.tensors()) entries.push_back({info.name, info.dtype});
+    const std::string file = shard.path().filename().string();
+    for (const auto& info : shard.tensors()) entries.push_back({info.name, info.dtype, file});
   }
   return KeyIndex(std::move(entries));
 }

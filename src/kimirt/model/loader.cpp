@@ -50,6 +50,7 @@ class PlanExecutor final : public io::ReadSink {
 
   bool asynchronous() const override { return target_.writes_async(); }
   void fence(int staging_slot) override { target_.fence(staging_slot); }
+  std::string describe(uint64_t id) const override { return id < plan_.reads().size() ? plan_.reads()[id].key : ""; }
 
   // Every destination got exactly its bytes (the plan's blocks tile each one; this catches a piece lost on
   // the way, which would otherwise leave zeros in a "loaded" weight).

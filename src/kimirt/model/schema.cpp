@@ -303,26 +303,39 @@ Schema Schema::for_checkpoint(const ModelConfig& config, const KeyIndex& keys) {
 void Schema::resolve_formats(const KeyIndex& keys) {
   for (auto& spec : params_) {
     if (spec.bare) continue;  // a bare parameter is one plain tensor, checked when read
+    // The first source found stored; the halves of a fused pair must match it.
+    const ParamSource* stored = nullptr;
+    std::vector<size_t> absent;
     for (size_t i = 0; i < spec.sources.size(); ++i) {
       auto& src = spec.sources[i];
       const std::string base = layout_.prefix + src.base;
       std::vector<quant::PresentTensor> present;
       bool any_component = false;
+      std::string file;  // the shard of its first component, for the errors below
       for (const auto& e : keys.with_prefix(base + ".")) {
         const std::string suffix = e.name.substr(base.size() + 1);
         if (suffix.find('.') != std::string::npos) continue;
-        any_component |= quant::is_component_suffix(suffix);
+        if (quant::is_component_suffix(suffix)) {
+          if (!any_component) file = e.file;
+          any_component = true;
+        }
         present.push_back({suffix, e.dtype});
       }
-      if (!any_component) continue;
-      const WeightFormat f = quant::detect_weight_format(base, present);
-      KIMIRT_CHECK(spec.formats.contains(f), "{}: stored as {}, but {} ({}) may only be stored as {}", base,
-                   quant::format_name(f), spec.name, role_name(spec.role), spec.formats.str());
-      if (i > 0) {
-        KIMIRT_CHECK(f == spec.sources[0].format, "{}: stored as {} but {} is {}; the fused halves must match", base,
-                     quant::format_name(f), layout_.prefix + spec.sources[0].base,
-                     quant::format_name(spec.sources[0].format));
+      if (!any_component) {
+        absent.push_back(i);
+        continue;
       }
+      const auto detect = [&] {
+        const WeightFormat detected = quant::detect_weight_format(base, present);
+        KIMIRT_CHECK(spec.formats.contains(detected), "{}: stored as {}, but {} ({}) may only be stored as {}", base,
+                     quant::format_name(detected), spec.name, role_name(spec.role), spec.formats.str());
+        if (stored) {
+          KIMIRT_CHECK(detected == stored->format, "{}: stored as {} but {} is {}; the fused halves must match", base,
+                       quant::format_name(detected), layout_.prefix + stored->base, quant::format_name(stored->format));
+        }
+        return detected;
+      };
+      const WeightFormat f = file.empty() ? detect() : with_context(file, detect);
       src.format = f;
       src.optional_present = 0;
       const auto comps = quant::format_components(f);
@@ -331,6 +344,15 @@ void Schema::resolve_formats(const KeyIndex& keys) {
         for (const auto& p : present) {
           if (p.suffix == comps[c].suffix) src.optional_present |= 1u << c;
         }
+      }
+      if (!stored) stored = &src;
+    }
+    // A half stored nowhere is expected in its sibling's format, so that what is missing is listed as its
+    // tensors (weight and scales), not reported as halves that differ.
+    if (stored) {
+      for (size_t i : absent) {
+        spec.sources[i].format = stored->format;
+        spec.sources[i].optional_present = stored->optional_present;
       }
     }
   }
@@ -387,7 +409,8 @@ TensorView Schema::normalize(const ParamSpec& spec, size_t source, size_t compon
   }
   if (is_conv(spec.role) && stored.rank() == 2 && stored.shape()[0] == src.shape[0] &&
       stored.shape()[1] == src.shape[2] && stored.is_contiguous()) {
-    return stored.reshape(src.shape);  // [D, W]: the same bytes as [D, 1, W]
+    // [D, W]: the same bytes as [D, 1, W], then the checks of any stored weight (its dtype above all).
+    return quant::normalize_component(src.format, comps[component], stored.reshape(src.shape), src.shape, key);
   }
   return quant::normalize_component(src.format, comps[component], stored, src.shape, key);
 }

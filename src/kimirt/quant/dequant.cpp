@@ -1,5 +1,7 @@
 #include "kimirt/quant/dequant.h"
 
+#include <cmath>
+
 #include <vector>
 
 #include "kimirt/tensor/float_convert.h"
@@ -105,13 +107,17 @@ Tensor dequantize(WeightFormat format, std::span<const TensorView> parts, std::s
       dequantize_fp8_block(data, scales.data(), rows, cols, comps[1].tile_rows, comps[1].tile_cols, o);
       break;
     }
-    case WeightFormat::kNvfp4ModelOpt:
-      dequantize_nvfp4(data, parts[1].data_as<const uint8_t>(), scalar_f32(parts[2]), GlobalScale::kMultiply, rows,
-                       cols, o);
+    case WeightFormat::kNvfp4ModelOpt: {
+      // One number scales the whole tensor: a NaN or infinite one would make every weight so, silently.
+      const float global = scalar_f32(parts[2]);
+      KIMIRT_CHECK(std::isfinite(global), "{}: weight_scale_2 is {}, not a finite number", name, global);
+      dequantize_nvfp4(data, parts[1].data_as<const uint8_t>(), global, GlobalScale::kMultiply, rows, cols, o);
       break;
+    }
     case WeightFormat::kNvfp4CompressedTensors: {
       const float global = scalar_f32(parts[2]);
-      KIMIRT_CHECK(global != 0.0f, "{}: weight_global_scale is zero", name);
+      KIMIRT_CHECK(std::isfinite(global) && global != 0.0f,
+                   "{}: weight_global_scale is {}, not a finite non-zero number", name, global);
       dequantize_nvfp4(data, parts[1].data_as<const uint8_t>(), global, GlobalScale::kDivide, rows, cols, o);
       break;
     }
