@@ -270,6 +270,33 @@ TEST_F(EngineTest, MaxTokensZeroEndsAtOnce) {
   EXPECT_EQ(engine.stats().steps, 0);
 }
 
+// max_tokens 0 with the prompt's logits asked for: the prompt is run (that is the whole request: scoring a
+// text) and every row delivered, then it ends with no token.
+TEST_F(EngineTest, MaxTokensZeroStillScoresThePrompt) {
+  const auto prompt = ids(20, 11);
+  const int64_t V = model_.config().vocab_size;
+  testing::TestBackend ref_backend(model_);
+  const auto ref = testing::run_one(ref_backend.backend, prompt, 0, 0, LogitRows::kAll);
+  testing::TestBackend t(model_);
+  Collector col;
+  EngineConfig config;
+  config.scheduler = {.max_batch_tokens = 16, .prefill_chunk = 7};
+  Engine engine(t.backend, config, col.callback());
+  std::vector<float> rows;
+  engine.set_prompt_logits_callback(
+      [&](int64_t, int64_t, std::span<const float> r, int64_t) { rows.insert(rows.end(), r.begin(), r.end()); });
+  auto r = greedy(prompt, 0);
+  r.prompt_logits = true;
+  const int64_t id = engine.submit(r);
+  engine.run_until_idle();
+  EXPECT_EQ(rows.size(), prompt.size() * static_cast<size_t>(V));
+  EXPECT_LE(testing::rel_error(rows, ref), 1e-4);
+  EXPECT_TRUE(col.at(id).tokens.empty());
+  EXPECT_EQ(col.at(id).reason, FinishReason::kLength);
+  EXPECT_EQ(col.at(id).finished_events, 1);
+  EXPECT_TRUE(engine.idle());
+}
+
 TEST_F(EngineTest, RequestsSubmittedFromAnotherThreadAllFinish) {
   testing::TestBackend t(model_);
   Collector col;
@@ -350,6 +377,45 @@ TEST_F(EngineTest, TextAndStopStringsWithATokenizer) {
   EXPECT_EQ(col.at(stopped).reason, FinishReason::kStop);
   EXPECT_EQ(col.at(stopped).text, o.text.substr(0, o.text.find(stop)));
   EXPECT_LT(col.at(stopped).tokens.size(), o.tokens.size());
+}
+
+// A stop id while a stop string holds text back: the held text comes out first, then the stop token's own
+// text, in the order the tokens made them (the stop token's text went around the matcher and came out
+// before the held text).
+TEST_F(EngineTest, StopIdAfterTextHeldForAStopString) {
+  const auto tokenizer = text::Tokenizer::load(testing::testdata("tokenizer"));
+  EngineConfig config;
+  config.tokenizer = tokenizer;
+  const auto r = greedy(ids(8, 12), 12);
+  testing::TestBackend t(model_);
+  Collector col;
+  Engine engine(t.backend, config, col.callback());
+  const int64_t plain_id = engine.submit(r);
+  engine.run_until_idle();
+  const Outcome plain = col.at(plain_id);
+  // Token k: a first occurrence, after a piece ending in an ASCII character c; stop string c + "\x01", which
+  // the output never continues with, so c is held back at token k - 1.
+  size_t k = 0;
+  for (size_t i = 1; i < plain.tokens.size() && k == 0; ++i) {
+    const std::string& before = plain.pieces[i - 1];
+    const bool first =
+        std::find(plain.tokens.begin(), plain.tokens.begin() + i, plain.tokens[i]) == plain.tokens.begin() + i;
+    const std::string& at = plain.pieces[i];  // whole characters on both sides: nothing held for UTF-8
+    if (first && !before.empty() && static_cast<unsigned char>(before.back()) < 0x80 && !at.empty() &&
+        static_cast<unsigned char>(at.back()) < 0x80)
+      k = i;
+  }
+  ASSERT_GT(k, 0u) << "no suitable token in the greedy output";
+  auto with_both = r;
+  with_both.sampling.stop_strings = {std::string(1, plain.pieces[k - 1].back()) + "\x01"};
+  with_both.sampling.stop_ids = {plain.tokens[k]};
+  const int64_t id = engine.submit(with_both);
+  engine.run_until_idle();
+  std::string expected;
+  for (size_t i = 0; i <= k; ++i) expected += plain.pieces[i];
+  EXPECT_EQ(col.at(id).reason, FinishReason::kStop);
+  EXPECT_EQ(col.at(id).text, expected);
+  EXPECT_EQ(col.at(id).tokens.size(), k + 1);
 }
 
 // cancel() may come from any thread while step() runs on its own: the request ends with one kCancelled

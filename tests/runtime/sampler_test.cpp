@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -87,6 +88,36 @@ TEST(Sampler, TopPAndMinPCut) {
   for (int i = 0; i < 200; ++i) {
     std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
     EXPECT_NE(t.sample(logits), 2);
+  }
+}
+
+// Rows that are not all finite (an overflowing head, a NaN from a bad weight): NaN is never drawn, an
+// infinite logit takes all the mass, and a row with nothing finite gives the lowest id, as greedy does.
+TEST(Sampler, NonFiniteLogitsAreDrawnSensibly) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 5;
+  Sampler s(p, {});
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int i = 0; i < 100; ++i) {
+    std::vector<float> pos_inf = {0.0f, inf, -1.0f};
+    EXPECT_EQ(s.sample(pos_inf), 1);
+    std::vector<float> with_nan = {nan, 0.0f, 0.5f, nan};
+    const int32_t t = s.sample(with_nan);
+    EXPECT_TRUE(t == 1 || t == 2) << t;
+    std::vector<float> none = {-inf, -inf, -inf};
+    EXPECT_EQ(s.sample(none), 0);
+    std::vector<float> all_nan = {nan, nan};
+    EXPECT_EQ(s.sample(all_nan), 0);
+  }
+  SamplingParams k = p;
+  k.top_k = 2;
+  k.top_p = 0.9f;
+  Sampler sk(k, {});
+  for (int i = 0; i < 100; ++i) {
+    std::vector<float> two_inf = {inf, 1.0f, inf, nan};
+    const int32_t t = sk.sample(two_inf);
+    EXPECT_TRUE(t == 0 || t == 2) << t;
   }
 }
 

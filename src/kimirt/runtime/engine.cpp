@@ -162,10 +162,12 @@ void Engine::after_sample(Request& r, int32_t token, std::span<const float> logi
   std::string text;
   if (r.decoder) {
     text = r.decoder->push(token);
-    if (r.stops && reason == FinishReason::kNone) {
+    // Through the stop-string matcher even when this token ends the request (EOS, a stop id): text held back
+    // for a possible stop string comes out before this token's, in the order they were made.
+    if (r.stops) {
       auto res = r.stops->push(text);
       text = std::move(res.text);
-      if (res.stopped) reason = FinishReason::kStop;
+      if (res.stopped && reason == FinishReason::kNone) reason = FinishReason::kStop;
     }
   }
   if (reason == FinishReason::kNone && static_cast<int64_t>(r.generated.size()) >= sp.max_tokens) {
@@ -211,7 +213,7 @@ void Engine::admit() {
   const int64_t bs = cache_.config().block_size;
   while (!waiting_.empty()) {
     Request& r = *waiting_.front();
-    if (r.req.sampling.max_tokens == 0) {
+    if (r.req.sampling.max_tokens == 0 && !r.req.prompt_logits) {  // nothing to compute
       finish(r, FinishReason::kLength, -1, {}, {});
       waiting_.pop_front();
       continue;
@@ -297,7 +299,11 @@ bool Engine::step() {
             log::error("engine: the prompt-logits callback of request {} threw: {}", r.id, e.what());
           }
         }
-        if (!r.decoding()) continue;  // more of the prompt to go
+        if (!r.decoding()) continue;           // more of the prompt to go
+        if (r.req.sampling.max_tokens == 0) {  // the prompt's logits were the request
+          finish(r, FinishReason::kLength, -1, {}, {});
+          continue;
+        }
       }
       sample_rows.push_back(s.first_logit_row + s.num_logit_rows() - 1);
       samplers.push_back(r.sampler.get());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "kimirt/base/error.h"
@@ -14,8 +15,8 @@ void SamplingParams::validate() const {
   KIMIRT_CHECK(top_k >= 0, "top_k must be >= 0, got {}", top_k);
   KIMIRT_CHECK(top_p > 0.0f && top_p <= 1.0f, "top_p must be in (0, 1], got {}", top_p);
   KIMIRT_CHECK(min_p >= 0.0f && min_p <= 1.0f, "min_p must be in [0, 1], got {}", min_p);
-  KIMIRT_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f,
-               "repetition_penalty must be > 0, got {}", repetition_penalty);
+  KIMIRT_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f, "repetition_penalty must be > 0, got {}",
+               repetition_penalty);
   KIMIRT_CHECK(std::isfinite(presence_penalty) && presence_penalty >= -2.0f && presence_penalty <= 2.0f,
                "presence_penalty must be in [-2, 2], got {}", presence_penalty);
   KIMIRT_CHECK(std::isfinite(frequency_penalty) && frequency_penalty >= -2.0f && frequency_penalty <= 2.0f,
@@ -70,6 +71,10 @@ int32_t Sampler::sample(std::span<float> logits) {
     // Ties go to the lowest id: the rule the golden greedy ids follow.
     token = cpu::argmax(logits.data(), static_cast<int64_t>(logits.size()));
   } else {
+    // NaN is never drawn (greedy skips it too) and would break the sort's ordering: it counts as -inf.
+    for (float& l : logits) {
+      if (std::isnan(l)) l = -std::numeric_limits<float>::infinity();
+    }
     // Candidates sorted by logit (ties: lower id first, so the order is deterministic).
     std::vector<int32_t> order(logits.size());
     std::iota(order.begin(), order.end(), 0);
@@ -85,13 +90,20 @@ int32_t Sampler::sample(std::span<float> logits) {
       std::sort(order.begin(), order.end(), by_logit);
     }
     order.resize(keep);
-    // Softmax at temperature over the kept candidates, in double for a stable cumulative sum.
+    // Softmax at temperature over the kept candidates, in double for a stable cumulative sum. An infinite
+    // top logit takes all the mass (shared by the infinite ones); a row with nothing finite or above -inf
+    // gives the first candidate, the lowest id, as greedy does.
     const double max_logit = logits[static_cast<size_t>(order[0])];
+    if (std::isinf(max_logit) && max_logit < 0) {
+      record(order[0]);
+      return order[0];
+    }
     std::vector<double> probs(keep);
     double total = 0.0;
     for (size_t i = 0; i < keep; ++i) {
-      probs[i] = std::exp((static_cast<double>(logits[static_cast<size_t>(order[i])]) - max_logit) /
-                          static_cast<double>(params_.temperature));
+      const double l = logits[static_cast<size_t>(order[i])];
+      probs[i] = std::isinf(max_logit) ? (l == max_logit ? 1.0 : 0.0)
+                                       : std::exp((l - max_logit) / static_cast<double>(params_.temperature));
       total += probs[i];
     }
     for (auto& p : probs) p /= total;
