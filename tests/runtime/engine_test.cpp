@@ -377,44 +377,31 @@ TEST_F(EngineTest, TextAndStopStringsWithATokenizer) {
   EXPECT_EQ(col.at(stopped).reason, FinishReason::kStop);
   EXPECT_EQ(col.at(stopped).text, o.text.substr(0, o.text.find(stop)));
   EXPECT_LT(col.at(stopped).tokens.size(), o.tokens.size());
-}
 
-// A stop id while a stop string holds text back: the held text comes out first, then the stop token's own
-// text, in the order the tokens made them (the stop token's text went around the matcher and came out
-// before the held text).
-TEST_F(EngineTest, StopIdAfterTextHeldForAStopString) {
-  const auto tokenizer = text::Tokenizer::load(testing::testdata("tokenizer"));
-  EngineConfig config;
-  config.tokenizer = tokenizer;
-  const auto r = greedy(ids(8, 12), 12);
-  testing::TestBackend t(model_);
-  Collector col;
-  Engine engine(t.backend, config, col.callback());
-  const int64_t plain_id = engine.submit(r);
-  engine.run_until_idle();
-  const Outcome plain = col.at(plain_id);
+  // A stop id while a stop string holds text back: the held text comes out first, then the stop token's
+  // own text, in the order the tokens made them (the stop token's text used to go around the matcher and
+  // come out before the held text).
   // Token k: a first occurrence, after a piece ending in an ASCII character c; stop string c + "\x01", which
   // the output never continues with, so c is held back at token k - 1.
   size_t k = 0;
-  for (size_t i = 1; i < plain.tokens.size() && k == 0; ++i) {
-    const std::string& before = plain.pieces[i - 1];
-    const bool first =
-        std::find(plain.tokens.begin(), plain.tokens.begin() + i, plain.tokens[i]) == plain.tokens.begin() + i;
-    const std::string& at = plain.pieces[i];  // whole characters on both sides: nothing held for UTF-8
+  for (size_t i = 1; i < o.tokens.size() && k == 0; ++i) {
+    const std::string& before = o.pieces[i - 1];
+    const bool first = std::find(o.tokens.begin(), o.tokens.begin() + i, o.tokens[i]) == o.tokens.begin() + i;
+    const std::string& at = o.pieces[i];  // whole characters on both sides: nothing held for UTF-8
     if (first && !before.empty() && static_cast<unsigned char>(before.back()) < 0x80 && !at.empty() &&
         static_cast<unsigned char>(at.back()) < 0x80)
       k = i;
   }
   ASSERT_GT(k, 0u) << "no suitable token in the greedy output";
   auto with_both = r;
-  with_both.sampling.stop_strings = {std::string(1, plain.pieces[k - 1].back()) + "\x01"};
-  with_both.sampling.stop_ids = {plain.tokens[k]};
+  with_both.sampling.stop_strings = {std::string(1, o.pieces[k - 1].back()) + "\x01"};
+  with_both.sampling.stop_ids = {o.tokens[k]};
   const int64_t id = engine.submit(with_both);
   engine.run_until_idle();
-  std::string expected;
-  for (size_t i = 0; i <= k; ++i) expected += plain.pieces[i];
+  std::string upto_k;
+  for (size_t i = 0; i <= k; ++i) upto_k += o.pieces[i];
   EXPECT_EQ(col.at(id).reason, FinishReason::kStop);
-  EXPECT_EQ(col.at(id).text, expected);
+  EXPECT_EQ(col.at(id).text, upto_k);
   EXPECT_EQ(col.at(id).tokens.size(), k + 1);
 }
 
