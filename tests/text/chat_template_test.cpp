@@ -172,6 +172,31 @@ TEST(ChatReplyK3, TheNextTurnEncodesTheConversationAsTheModelSawIt) {
   }
 }
 
+// A thinking turn whose think channel the model closed at once: the history keeps the empty channel, so
+// the next turn's ids still continue the prompt and the reply as the model produced them.
+TEST(ChatReplyK3, AnEmptyThinkChannelStaysInTheHistory) {
+  const ChatTemplate t(ChatFamily::kKimiK3);
+  const Tokenizer& tok = k3_tokenizer();
+  const std::vector<ChatMessage> history = {{"user", "Hi", "", ""}};
+  std::vector<TokenId> reply;
+  auto special = [&](const char* s) { reply.push_back(tok.special_id(s)); };
+  auto text = [&](const char* s) { tok.encode_append(s, false, reply); };
+  special("<|close|>"), text("think"), special("<|sep|>");
+  special("<|open|>"), text("response"), special("<|sep|>"), text("Hello.");
+  special("<|close|>"), text("response"), special("<|sep|>");
+  special("<|close|>"), text("message"), special("<|sep|>"), special("<|end_of_msg|>");
+  const ChatMessage parsed = t.parse_reply(tok, reply, /*thinking=*/true);
+  expect_message(parsed, "Hello.", "");
+  EXPECT_TRUE(parsed.think_channel);
+  auto next = history;
+  next.push_back(parsed);
+  auto expected = t.encode(tok, history, true, true);
+  expected.insert(expected.end(), reply.begin(), reply.end());
+  EXPECT_EQ(t.encode(tok, next, false, true), expected);
+  // Without thinking the reply has no think channel, and none is rendered.
+  EXPECT_FALSE(t.parse_reply(tok, tok.encode("Hello."), false).think_channel);
+}
+
 TEST(ChatReplyK3, EndingIdsAndStrayMarkupAreDropped) {
   const ChatTemplate t(ChatFamily::kKimiK3);
   const Tokenizer& tok = k3_tokenizer();

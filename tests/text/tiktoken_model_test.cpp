@@ -1,7 +1,7 @@
 // Loading tiktoken.model and tokenizer_config.json: what is accepted, and that every kind of bad input is
 // a kimirt::Error naming the file and the line or field.
-#include "common/error_of.h"
 #include "kimirt/text/tiktoken_model.h"
+#include "common/error_of.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -126,6 +126,8 @@ TEST_F(TokenizerFiles, ConfigErrorsNameTheField) {
               HasSubstr("added_tokens_decoder[\"6\"] has no string \"content\""));
   EXPECT_THAT(config_error(R"({"added_tokens_decoder": {"3": {"content": "[BOS]"}}})"),
               HasSubstr("added token 3 \"[BOS]\" is outside the special ids 6..261"));
+  EXPECT_THAT(config_error(R"({"added_tokens_decoder": {"6": {"content": "[A]"}, "06": {"content": "[B]"}}})"),
+              HasSubstr("added_tokens_decoder gives id 6 twice"));
   EXPECT_THAT(config_error(R"({"added_tokens_decoder": {"6": {"content": "[X]"}, "7": {"content": "[X]"}}})"),
               HasSubstr("special token \"[X]\" is given to both id 6 and id 7"));
   EXPECT_THAT(config_error(R"({"added_tokens_decoder": {"6": {"content": "[BOS]"}}, "eos_token": "[EOS]"})"),

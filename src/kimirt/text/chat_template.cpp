@@ -113,7 +113,7 @@ void render_k3(SegmentBuilder& out, std::span<const ChatMessage> messages, bool 
   for (const auto& m : messages) {
     open_block(out, "message role=\"" + m.role + "\"");
     if (m.role == "assistant") {
-      if (!m.reasoning.empty()) {
+      if (!m.reasoning.empty() || m.think_channel) {
         open_block(out, "think");
         out.text(m.reasoning);
         close_block(out, "think");
@@ -149,9 +149,10 @@ std::vector<ChatSegment> reply_segments(const Tokenizer& tokenizer, std::span<co
 // The K3 assistant body: <|open|>TAG<|sep|> and <|close|>TAG<|sep|> switch channels; text goes to the
 // channel it is in. `thinking`: the generation prompt opened the think channel, else the response channel.
 void parse_k3_reply(const std::vector<ChatSegment>& segments, bool thinking, std::string& reasoning,
-                    std::string& content) {
+                    std::string& content, bool& think_channel) {
   enum class Channel { kThink, kBetween, kResponse, kDone };
   Channel channel = thinking ? Channel::kThink : Channel::kResponse;
+  think_channel = thinking;
   for (size_t i = 0; i < segments.size() && channel != Channel::kDone; ++i) {
     const ChatSegment& s = segments[i];
     if (!s.special) {
@@ -167,6 +168,7 @@ void parse_k3_reply(const std::vector<ChatSegment>& segments, bool thinking, std
     i += 2;
     if (open && name == "think") {
       channel = Channel::kThink;
+      think_channel = true;
     } else if (open && name == "response") {
       channel = Channel::kResponse;
     } else if (!open && name == "think") {
@@ -237,15 +239,16 @@ ChatMessage ChatTemplate::parse_reply(const Tokenizer& tokenizer, std::span<cons
 
   const std::vector<ChatSegment> segments = reply_segments(tokenizer, reply);
   std::string reasoning, content;
+  bool think_channel = false;
   if (family_ == ChatFamily::kKimiK3) {
-    parse_k3_reply(segments, thinking, reasoning, content);
+    parse_k3_reply(segments, thinking, reasoning, content, think_channel);
   } else {
     for (const ChatSegment& s : segments) {
       if (s.special && s.text == kImEnd) break;
       if (!s.special) content += s.text;
     }
   }
-  ChatMessage message{"assistant", "", "", ""};
+  ChatMessage message{"assistant", "", "", "", think_channel};
   text::decode_utf8_prefix(content, /*final=*/true, message.content);
   text::decode_utf8_prefix(reasoning, /*final=*/true, message.reasoning);
   return message;

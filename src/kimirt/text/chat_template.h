@@ -30,6 +30,9 @@ struct ChatMessage {
   std::string content;
   std::string reasoning;  // assistant only: the K3 think channel (Kimi Linear has none; ignored there)
   std::string name;       // optional label shown instead of the role (Kimi Linear, as K2's template)
+  // Assistant, K3: the turn had a think channel even if it is empty (the model closed it at once), so that
+  // the history renders it as the model saw it. Set by parse_reply.
+  bool think_channel = false;
 };
 
 // One piece of rendered output: a template special token (by its text), or plain text.

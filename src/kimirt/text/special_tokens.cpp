@@ -52,6 +52,12 @@ TokenizerConfig parse_tokenizer_config(std::string_view json_text, std::string_v
   }
   std::sort(config.added_tokens.begin(), config.added_tokens.end(),
             [](const SpecialToken& a, const SpecialToken& b) { return a.id < b.id; });
+  // Distinct keys may name one id ("6" and "06"): which content would win is not the config's to leave open.
+  for (size_t i = 1; i < config.added_tokens.size(); ++i) {
+    const SpecialToken &a = config.added_tokens[i - 1], &b = config.added_tokens[i];
+    KIMIRT_CHECK(a.id != b.id, "{}: added_tokens_decoder gives id {} twice (\"{}\" and \"{}\")", name, a.id, a.content,
+                 b.content);
+  }
   config.bos_token = role_token(root, "bos_token", name);
   config.eos_token = role_token(root, "eos_token", name);
   config.pad_token = role_token(root, "pad_token", name);

@@ -43,6 +43,29 @@ struct EncodeScratch {
   PieceCache cache;
 };
 
+// One huge piece (a 100 MB run of one character) sizes the thread's scratch to it, 30-50 bytes per input
+// byte; kept, it would stay that large for the thread's life. Buffers past this many elements are freed when
+// the call ends (the next huge input pays for its allocation again, a small cost beside its merges).
+constexpr size_t kScratchKeep = size_t{1} << 20;
+
+template <typename V>
+void release_if_huge(V& v) {
+  if (v.capacity() > kScratchKeep) V().swap(v);
+}
+
+struct TrimScratchOnExit {
+  EncodeScratch& s;
+  ~TrimScratchOnExit() {
+    release_if_huge(s.spans);
+    release_if_huge(s.bpe.starts);
+    release_if_huge(s.bpe.ranks);
+    release_if_huge(s.bpe.ids);
+    release_if_huge(s.bpe.next);
+    release_if_huge(s.bpe.prev);
+    release_if_huge(s.bpe.heap);
+  }
+};
+
 EncodeScratch& scratch_for(const Tokenizer::Impl& impl) {
   thread_local EncodeScratch scratch;
   if (scratch.instance != impl.instance) {
@@ -140,6 +163,7 @@ void Tokenizer::encode_append(std::string_view text, bool allow_special, std::ve
   const size_t bad = find_invalid_utf8(text);
   KIMIRT_CHECK(bad == text.size(), "text to encode is not valid UTF-8 (byte {} of {})", bad, text.size());
   EncodeScratch& scratch = scratch_for(*impl_);
+  const TrimScratchOnExit trim{scratch};
   if (!allow_special) {
     encode_ordinary(*impl_, text, scratch, out);
     return;
