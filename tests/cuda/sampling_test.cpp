@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <vector>
@@ -357,6 +358,45 @@ TEST(Sampling, NoTokenGetsInfiniteNoise) {
 
 // Temperatures below kMinTemperature are greedy. Before, z = v/T overflowed: 50/T and 60/T both +inf for
 // T = 1e-37 (1/T itself for T = 1e-40), and the lower id of the two won.
+// Rows that are not all finite, as the CPU sampler takes them: NaN is never drawn, an infinite logit wins
+// (the lowest id of several), and a row with nothing above -inf gives its lowest id. Every filter path:
+// one block and split rows, the candidate list (top-k), top-p and min-p.
+TEST(Sampling, NonFiniteLogitsAreDrawnSensibly) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 163840;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  enum class Rest { kRandom, kNegInf, kNaN };  // every value the row does not set
+  struct Row {
+    std::vector<std::pair<int, float>> set;
+    Rest rest;
+    std::vector<int32_t> allowed;
+  };
+  const Row rows[] = {
+      {{{70000, inf}}, Rest::kRandom, {70000}},
+      {{{150000, inf}, {900, inf}}, Rest::kRandom, {900}},
+      {{}, Rest::kNegInf, {0}},
+      {{{5, 3.0f}, {160000, 3.5f}}, Rest::kNaN, {5, 160000}},
+  };
+  for (const Row& row : rows) {
+    std::vector<float> l = row.rest == Rest::kRandom ? test::random_vec(vocab, 7, -5, 5)
+                                                     : std::vector<float>(vocab, row.rest == Rest::kNaN ? nan : -inf);
+    for (const auto& [i, v] : row.set) l[static_cast<size_t>(i)] = v;
+    for (const bool workspace : {false, true}) {
+      for (int f = 0; f < 4; ++f) {
+        SamplingParams p;
+        p.temperature = 0.8f;
+        p.seed = 11 + f;
+        p.top_k = f == 1 ? 40 : 0;
+        p.top_p = f == 2 ? 0.9f : 1.0f;
+        p.min_p = f == 3 ? 0.05f : 0.0f;
+        const int32_t id = run(l, vocab, {p}, workspace)[0];
+        EXPECT_NE(std::find(row.allowed.begin(), row.allowed.end(), id), row.allowed.end())
+            << "got " << id << ", filters " << f << (workspace ? ", split rows" : ", one block");
+      }
+    }
+  }
+}
+
 TEST(Sampling, TinyTemperaturesPickTheArgmax) {
   KIMIRT_REQUIRE_GPU();
   const int64_t vocab = 163840;
