@@ -35,21 +35,46 @@ TEST(Chat, ConversationCommandsAndQuit) {
   fs::remove_all(dir);
 }
 
-// A request the engine refuses costs the line, not the session: the error is shown and chat goes on.
-TEST(Chat, ARefusedRequestLosesTheLineNotTheConversation) {
-  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-refused-model";
+// Sampling flags the engine would refuse are refused when parsed, naming the flag, before a model loads (they
+// used to be refused line by line, the session going on and ending with exit 0). run takes the same flags.
+TEST(Chat, BadSamplingFlagsAreRefusedNamingTheFlag) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"--temperature", "-1"},       {"--temperature", "nan"},    {"--top-p", "0"}, {"--min-p", "2"},
+      {"--repetition-penalty", "0"}, {"--presence-penalty", "3"}, {"--stop", "''"}, {"--stop-id", "-5"}};
+  for (const auto& [flag, value] : bad) {
+    for (const char* command : {" chat", " run"}) {
+      const auto r =
+          run_shell("printf 'hello\\n/quit\\n' | " + kKimirt + command + " -m /nonexistent " + flag + " " + value);
+      EXPECT_NE(r.exit_code, 0) << command << " " << flag << " " << value << ": " << r.output;
+      EXPECT_NE(r.output.find(flag), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("/nonexistent"), std::string::npos) << "refused before the model: " << r.output;
+    }
+  }
+}
+
+// run's text flags given as "" are refused, not read as "not given" (an empty -p used to generate from a
+// built-in prompt).
+TEST(Chat, EmptyTextFlagsOfRunAreRefused) {
+  for (const char* flag : {"-p", "--ids", "--dump-logits"}) {
+    const auto r = run_shell(kKimirt + " run -m /nonexistent " + flag + " ''");
+    EXPECT_NE(r.exit_code, 0) << flag << ": " << r.output;
+    EXPECT_NE(r.output.find("must not be empty"), std::string::npos) << flag << ": " << r.output;
+  }
+}
+
+// chat: -n must leave room for the conversation in --context, and --system must be text it can encode; both
+// refused before anything is loaded (every line used to be refused instead).
+TEST(Chat, ContextAndSystemFlagsAreCheckedAtStart) {
+  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-flags-model";
   fs::remove_all(dir);
   auto made = run_shell(kKimirt + " make-tiny " + dir.string());
   ASSERT_EQ(made.exit_code, 0) << made.output;
-  const auto r = run_shell("printf 'hello\\nagain\\n/quit\\n' | " + kKimirt + " chat -m " + dir.string() +
-                           " -n 4 --temperature -1 --threads 1");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  size_t refused = 0;
-  for (size_t p = r.output.find("(request: temperature must be >= 0, got -1)"); p != std::string::npos;
-       p = r.output.find("(request: temperature", p + 1)) {
-    ++refused;
-  }
-  EXPECT_EQ(refused, 2u) << r.output;
+  auto r = run_shell("printf 'hello\\n' | " + kKimirt + " chat -m " + dir.string() + " --context 200 -n 256");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("-n 256 leaves no room in --context 200"), std::string::npos) << r.output;
+  r = run_shell("printf 'hello\\n' | " + kKimirt + " chat -m " + dir.string() + " --system \"$(printf '\\377')\"");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--system: text to encode is not valid UTF-8"), std::string::npos) << r.output;
   fs::remove_all(dir);
 }
 

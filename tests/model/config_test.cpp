@@ -438,7 +438,7 @@ const BadConfig kBadConfigs[] = {
      "text_config.rms_norm_eps must be a positive number"},
     {"EpsMissing", "kl-tiny", [](json& j) { j.erase("rms_norm_eps"); }, "config.json: rms_norm_eps is missing"},
     {"SituBeta", "k3-tiny", [](json& j) { TC(j).erase("activation_situ_beta"); },
-     "text_config.activation_situ_beta must be a positive number when hidden_act is \"situ\""},
+     "text_config.activation_situ_beta must be a positive number that a float can hold when hidden_act is \"situ\""},
     {"SituLinearBeta", "k3-tiny",
      [](json& j) {
        TC(j)["activation_situ_linear_beta"] = -25.0;
@@ -448,7 +448,7 @@ const BadConfig kBadConfigs[] = {
      [](json& j) {
        TC(j)["linear_attn_config"]["gate_lower_bound"] = 1.0;
      },
-     "text_config.linear_attn_config.gate_lower_bound must be a negative number, got 1"},
+     "text_config.linear_attn_config.gate_lower_bound must be a negative number that a float can hold, got 1"},
     {"KdaHeads", "k3-tiny",
      [](json& j) {
        TC(j)["linear_attn_config"]["num_heads"] = 0;
@@ -635,6 +635,38 @@ const BadConfig kBadConfigs[] = {
      "text_config.max_position_embeddings is 1099511627776, over the sanity bound 2147483648"},
     {"NegativeContext", "kl-tiny", [](json& j) { j["model_max_length"] = -1; },
      "model_max_length must be positive, got -1"},
+    {"UnsignedPastInt64", "k3-tiny",
+     [](json& j) {
+       TC(j)["num_hidden_layers"] = uint64_t{18446744073709551615u};
+     },
+     "text_config.num_hidden_layers is too large, got 18446744073709551615"},
+    // Float fields that a double holds but a float does not (1e39 would be inf, 1e-46 zero).
+    {"EpsOverFloat", "kl-tiny", [](json& j) { j["rms_norm_eps"] = 1e39; },
+     "config.json: rms_norm_eps must be a positive number that a float can hold, got 1e+39"},
+    {"EpsUnderFloat", "kl-tiny", [](json& j) { j["rms_norm_eps"] = 1e-46; },
+     "config.json: rms_norm_eps must be a positive number that a float can hold"},
+    {"ScalingOverFloat", "k3-tiny",
+     [](json& j) {
+       TC(j)["routed_scaling_factor"] = 1e39;
+     },
+     "text_config.routed_scaling_factor must be a positive number that a float can hold"},
+    {"SituBetaOverFloat", "k3-tiny",
+     [](json& j) {
+       TC(j)["activation_situ_beta"] = 1e39;
+     },
+     "text_config.activation_situ_beta must be a positive number that a float can hold"},
+    {"GateBoundOverFloat", "k3-tiny",
+     [](json& j) {
+       TC(j)["linear_attn_config"]["gate_lower_bound"] = -1e39;
+     },
+     "text_config.linear_attn_config.gate_lower_bound must be a negative number that a float can hold"},
+    {"OneExpertPerGroup", "k3-tiny",
+     [](json& j) {
+       TC(j)["num_expert_group"] = 16;
+       TC(j)["topk_group"] = 8;
+     },
+     "text_config.num_expert_group (16) leaves 1 expert per group; grouped routing (topk_group 8 of the groups) needs "
+     "at least 2"},
 };
 #undef TC
 #undef QC

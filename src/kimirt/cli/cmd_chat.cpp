@@ -60,6 +60,13 @@ void chat(const ChatOptions& o) {
                text::kTiktokenModelFile, dir.string());
   const text::ChatTemplate chat_template = chat_template_of(config);
   const std::string context_flag = fmt::format("--context {}", o.max_context);
+  // A reply must fit beside at least a turn of the conversation: with -n at or past --context, every line
+  // would be refused, and /reset could not help.
+  KIMIRT_CHECK(o.sampling.max_tokens < o.max_context,
+               "-n {} leaves no room in {} for the conversation (a reply takes up to -n tokens of it)",
+               o.sampling.max_tokens, context_flag);
+  // Encoded once now: a --system text that is not UTF-8 would otherwise fail every line, naming no flag.
+  with_context("--system", [&] { (void)tokenizer->encode(o.system); });
   const runtime::CacheConfig cache = one_sequence_cache(o.max_context, config, context_flag);
 
   model::LoadedModel loaded = model::load_model(checkpoint, model::ParallelMapping{});
@@ -110,6 +117,12 @@ void chat(const ChatOptions& o) {
       continue;
     }
     if (line.rfind("/system ", 0) == 0) {
+      try {
+        (void)tokenizer->encode(line.substr(8));
+      } catch (const Error& e) {
+        std::printf("(/system: %s; the system message is unchanged)\n", e.what());
+        continue;
+      }
       history.erase(std::remove_if(history.begin(), history.end(), [](const auto& m) { return m.role == "system"; }),
                     history.end());
       history.insert(history.begin(), {"system", line.substr(8), "", ""});

@@ -35,7 +35,8 @@ const RegisterCommand kInspect("inspect", 10, [](CLI::App& app) {
     if (args->json) {
       auto j = summary.to_json();
       if (args->device) j["device"] = device_summary_json(summary.config, args->gpu_memory);
-      std::printf("%s\n", j.dump(2).c_str());
+      // Replacing bytes that are not UTF-8 (a directory's name may hold any): the JSON still comes out.
+      std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::fputs(summary.to_text().c_str(), stdout);
       if (args->device) std::fputs(device_summary_text(summary.config, args->gpu_memory).c_str(), stdout);

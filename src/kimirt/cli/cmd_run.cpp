@@ -205,14 +205,16 @@ const RegisterCommand kRun("run", 10, [](CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Generate from one prompt, streaming the tokens (on one or several ranks)");
   cmd->add_option("-m,--model", o->model_dir,
                   "checkpoint directory (default: a small random Kimi K3, generated once into the cache directory)");
-  auto* text = cmd->add_option("-p,--prompt", o->prompt, "prompt text (needs the model's tokenizer)");
-  auto* ids = cmd->add_option("--ids", o->ids, "prompt token ids, comma separated: 1,2,3");
+  auto* text =
+      cmd->add_option("-p,--prompt", o->prompt, "prompt text (needs the model's tokenizer)")->check(not_empty());
+  auto* ids = cmd->add_option("--ids", o->ids, "prompt token ids, comma separated: 1,2,3")->check(not_empty());
   text->excludes(ids);
   add_sampling_options(cmd, o->sampling, "tokens to generate at most");
   cmd->add_option("--threads", o->threads, "CPU threads")->check(CLI::Range(size_t{1}, kMaxThreads));
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "longest prompt piece per step")->check(CLI::PositiveNumber);
   cmd->add_option("--dump-logits", o->dump_logits,
-                  "write prompt_logits [T, vocab] and step_logits [S, vocab] (row i chose token i) as F32 safetensors");
+                  "write prompt_logits [T, vocab] and step_logits [S, vocab] (row i chose token i) as F32 safetensors")
+      ->check(not_empty());
   cmd->add_flag("--print-ids", o->print_ids, "print token ids even when a tokenizer is available");
   cmd->add_option("--device", o->device,
                   "cpu, or cuda (refused for now: the CUDA forward of the whole model is not there yet)");

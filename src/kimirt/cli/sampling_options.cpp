@@ -1,19 +1,50 @@
 #include "kimirt/cli/sampling_options.h"
 
+#include <cfloat>
+#include <cmath>
+#include <string>
+
 namespace kimirt::cli {
+namespace {
+
+// A finite number in [lo, hi] (or (lo, hi] when lo_open), checked as the flags are parsed: a bad value is
+// refused naming its flag before a model is loaded, not by every request afterwards.
+CLI::Validator number_in(double lo, double hi, bool lo_open, const std::string& range) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0.0;
+        const bool ok =
+            CLI::detail::lexical_cast(text, v) && std::isfinite(v) && v <= hi && (lo_open ? v > lo : v >= lo);
+        return ok ? std::string() : "must be a number in " + range + ", got " + text;
+      },
+      range);
+}
+
+}  // namespace
+
+const CLI::Validator& not_empty() {
+  static const CLI::Validator v(
+      [](std::string& text) { return text.empty() ? std::string("must not be empty") : std::string(); }, "TEXT");
+  return v;
+}
 
 void add_sampling_options(CLI::App* cmd, runtime::SamplingParams& sp, const std::string& max_tokens_help) {
   cmd->add_option("-n,--max-tokens", sp.max_tokens, max_tokens_help)->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", sp.temperature, "0 = greedy");
-  cmd->add_option("--top-k", sp.top_k, "keep the k most likely tokens (0 = off)");
-  cmd->add_option("--top-p", sp.top_p, "nucleus sampling (1 = off)");
-  cmd->add_option("--min-p", sp.min_p, "keep tokens with p >= min_p * p_max (0 = off)");
+  cmd->add_option("--temperature", sp.temperature, "0 = greedy")->check(number_in(0.0, FLT_MAX, false, "[0, inf)"));
+  cmd->add_option("--top-k", sp.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", sp.top_p, "nucleus sampling (1 = off)")->check(number_in(0.0, 1.0, true, "(0, 1]"));
+  cmd->add_option("--min-p", sp.min_p, "keep tokens with p >= min_p * p_max (0 = off)")
+      ->check(number_in(0.0, 1.0, false, "[0, 1]"));
   cmd->add_option("--seed", sp.seed, "sampling seed");
-  cmd->add_option("--repetition-penalty", sp.repetition_penalty, "Hugging Face repetition penalty (1 = off)");
-  cmd->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty");
-  cmd->add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty");
-  cmd->add_option("--stop-id", sp.stop_ids, "stop after this token id (repeatable)");
-  cmd->add_option("--stop", sp.stop_strings, "stop before this text (repeatable; needs the tokenizer)");
+  cmd->add_option("--repetition-penalty", sp.repetition_penalty, "Hugging Face repetition penalty (1 = off)")
+      ->check(number_in(0.0, FLT_MAX, true, "(0, inf)"));
+  cmd->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty")
+      ->check(number_in(-2.0, 2.0, false, "[-2, 2]"));
+  cmd->add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty")
+      ->check(number_in(-2.0, 2.0, false, "[-2, 2]"));
+  cmd->add_option("--stop-id", sp.stop_ids, "stop after this token id (repeatable)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--stop", sp.stop_strings, "stop before this text (repeatable; needs the tokenizer)")
+      ->check(not_empty());
   cmd->add_flag("--ignore-eos", sp.ignore_eos, "keep going past the model's EOS id");
 }
 

@@ -14,4 +14,7 @@ namespace kimirt::cli {
 // --repetition-penalty, --presence-penalty, --frequency-penalty, --stop-id, --stop, --ignore-eos.
 void add_sampling_options(CLI::App* cmd, runtime::SamplingParams& sp, const std::string& max_tokens_help);
 
+// A text flag given as "" is refused naming the flag (an empty value must not read as "not given").
+const CLI::Validator& not_empty();
+
 }  // namespace kimirt::cli

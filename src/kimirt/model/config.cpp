@@ -10,7 +10,10 @@
 namespace kimirt::model {
 namespace {
 
-bool positive_finite(double v) { return std::isfinite(v) && v > 0; }
+// The float fields are read as double but used as float: a value float cannot hold (1e39 becomes inf, 1e-46
+// becomes 0) would pass a double check and then make every output NaN or zero.
+bool float_finite(double v) { return std::isfinite(v) && std::isfinite(static_cast<float>(v)); }
+bool positive_finite(double v) { return float_finite(v) && v > 0 && static_cast<float>(v) > 0; }
 
 // Field-naming checks for one config: every message reads "<source>: <field> ...".
 class Checker {
@@ -105,8 +108,8 @@ void ModelConfig::validate(const std::string& source) const {
   c.check(static_cast<int64_t>(layer_mixers.size()) == num_layers,
           "{}kda_layers / full_attn_layers describe {} layers but num_hidden_layers is {}", c.f(lac),
           layer_mixers.size(), num_layers);
-  c.check(std::isfinite(rms_norm_eps) && rms_norm_eps > 0, "{} must be a positive number, got {}", c.f("rms_norm_eps"),
-          rms_norm_eps);
+  c.check(positive_finite(rms_norm_eps), "{} must be a positive number that a float can hold, got {}",
+          c.f("rms_norm_eps"), rms_norm_eps);
 
   // Checked before anything calls is_moe_layer, which divides by it.
   c.positive(moe_layer_freq, "moe_layer_freq");
@@ -130,7 +133,7 @@ void ModelConfig::validate(const std::string& source) const {
     c.positive(kda_conv_kernel, lac + "short_conv_kernel_size");
     if (kda_gate_lower_bound) {
       // g = lb * sigmoid(...) is a log-decay only for lb < 0; lb >= 0 would grow the state without bound.
-      c.check(std::isfinite(*kda_gate_lower_bound) && *kda_gate_lower_bound < 0, "{} must be a negative number, got {}",
+      c.check(positive_finite(-*kda_gate_lower_bound), "{} must be a negative number that a float can hold, got {}",
               c.f(lac + "gate_lower_bound"), *kda_gate_lower_bound);
     }
   }
@@ -158,8 +161,13 @@ void ModelConfig::validate(const std::string& source) const {
     c.check(use_grouped_topk || num_expert_group == 1,
             "{} is false with num_expert_group {}: ungrouped selection over grouped experts is not implemented",
             c.f("use_grouped_topk"), num_expert_group);
-    c.check(positive_finite(routed_scaling_factor), "{} must be a positive number, got {}",
+    c.check(positive_finite(routed_scaling_factor), "{} must be a positive number that a float can hold, got {}",
             c.f("routed_scaling_factor"), routed_scaling_factor);
+    // Grouped selection scores a group by its two best experts (cpu/router.cpp): it applies when fewer groups
+    // are kept than there are.
+    c.check(num_expert_group <= 1 || topk_group >= num_expert_group || num_experts / num_expert_group >= 2,
+            "{} ({}) leaves {} expert per group; grouped routing (topk_group {} of the groups) needs at least 2",
+            c.f("num_expert_group"), num_expert_group, num_experts / num_expert_group, topk_group);
     if (routed_expert_hidden_size) {
       c.positive(*routed_expert_hidden_size, "routed_expert_hidden_size");
       // The latent MoE sums expert outputs in the latent and normalizes before the up-projection; the
@@ -179,9 +187,11 @@ void ModelConfig::validate(const std::string& source) const {
 
   if (hidden_act == HiddenAct::kSitu) {
     c.check(situ_beta.has_value() && positive_finite(*situ_beta),
-            "{} must be a positive number when hidden_act is \"situ\"", c.f("activation_situ_beta"));
-    c.check(!situ_linear_beta || positive_finite(*situ_linear_beta), "{} must be a positive number, got {}",
-            c.f("activation_situ_linear_beta"), situ_linear_beta.value_or(0));
+            "{} must be a positive number that a float can hold when hidden_act is \"situ\"",
+            c.f("activation_situ_beta"));
+    c.check(!situ_linear_beta || positive_finite(*situ_linear_beta),
+            "{} must be a positive number that a float can hold, got {}", c.f("activation_situ_linear_beta"),
+            situ_linear_beta.value_or(0));
   }
   c.check(attn_res_block_size >= 0 && attn_res_block_size <= num_layers,
           "{} ({}) must lie in [0, num_hidden_layers ({})]", c.f("attn_res_block_size"), attn_res_block_size,

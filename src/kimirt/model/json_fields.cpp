@@ -1,6 +1,7 @@
 #include "kimirt/model/json_fields.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/strict_json.h"
@@ -38,6 +39,10 @@ const nlohmann::json& JsonFields::at(std::string_view key) const {
 }
 
 int64_t JsonFields::to_int(std::string_view key, const nlohmann::json& v) const {
+  // An unsigned value past INT64_MAX would wrap to a negative one (2^64 - 1 read as -1).
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    fail_field(key, "is too large, got " + shown(v));
+  }
   if (v.is_number_integer()) return v.get<int64_t>();
   // Some writers emit 4.0 for an integer; accept it when it is exactly integral.
   if (v.is_number_float()) {
