@@ -105,3 +105,19 @@ TEST(NumericFlags, ThreadsTheSystemCannotStartAreAnErrorNotAHang) {
 }
 
 }  // namespace
+
+namespace {
+
+// make-tiny's sizes become 64-bit byte counts: values past that are refused by the flag parser (2e10 GiB was
+// converted to 0 and wrote the smallest checkpoint, exit 0); the two tokenizer flags exclude each other.
+TEST(NumericFlags, MakeTinySizesAndTokenizerFlagsAreChecked) {
+  const std::string out = (std::filesystem::temp_directory_path() / "kimirt-make-tiny-flags").string();
+  for (const char* bad : {"--size-gb 2e10", "--size-gb 0", "--shard-mb 1e30", "--no-tokenizer --tokenizer-from /tmp"}) {
+    const auto r = run_command(kimirt() + " make-tiny " + out + " " + bad);
+    EXPECT_NE(r.exit_code, 0) << bad << ": " << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out)) << bad << " wrote a checkpoint";
+    std::filesystem::remove_all(out);
+  }
+}
+
+}  // namespace

@@ -5,6 +5,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <system_error>
+
+#include <unistd.h>
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/progress.h"
@@ -48,8 +51,7 @@ void run(const MakeTinyOptions& o) {
                                                                {"fp8", model::ExpertStorage::kFp8}};
   // Without --vocab and --tokenizer-from, a K3 checkpoint gets the built-in tokenizer (K3 special tokens)
   // and its vocabulary, so that it takes and gives text.
-  const bool builtin_tokenizer =
-      o.family == "k3" && !o.no_tokenizer && o.tokenizer_from.empty() && !o.dims.vocab;
+  const bool builtin_tokenizer = o.family == "k3" && !o.no_tokenizer && o.tokenizer_from.empty() && !o.dims.vocab;
   model::TinyDims dims = o.dims;
   if (builtin_tokenizer) dims.vocab = text::default_tokenizer_vocab_size();
   model::ModelConfig config = model::tiny_config(families.at(o.family), dims, formats.at(o.experts_format));
@@ -64,9 +66,24 @@ void run(const MakeTinyOptions& o) {
       options.side_files.push_back(p);
     }
   }
+  // The built-in tokenizer goes in as side files, inside the checkpoint's all-or-nothing write: written into
+  // OUT afterwards, a failure (a full disk) left a checkpoint without it, or with a cut one.
+  struct RemoveOnExit {
+    fs::path dir;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      if (!dir.empty()) fs::remove_all(dir, ec);
+    }
+  } tokenizer_tmp;
+  if (builtin_tokenizer) {
+    tokenizer_tmp.dir = fs::temp_directory_path() / ("kimirt-tokenizer-" + std::to_string(::getpid()));
+    fs::remove_all(tokenizer_tmp.dir);
+    fs::create_directories(tokenizer_tmp.dir);
+    text::write_default_tokenizer(tokenizer_tmp.dir);
+    for (const char* name : kTokenizerFiles) options.side_files.push_back(tokenizer_tmp.dir / name);
+  }
   const Timer timer;
   const auto info = model::write_tiny_checkpoint(o.out, config, options);
-  if (builtin_tokenizer) text::write_default_tokenizer(o.out);
   std::printf("%s: %s model, %lld layers, %lld experts (%s), %zu tensors, %s in %zu shard(s), %.1f s\n", o.out.c_str(),
               std::string(model::family_name(config.family)).c_str(), static_cast<long long>(config.num_layers),
               static_cast<long long>(config.num_experts), o.experts_format.c_str(), info.tensors,
@@ -81,14 +98,15 @@ const RegisterCommand kMakeTiny("make-tiny", 70, [](CLI::App& app) {
   cmd->add_option("--experts-format", o->experts_format, "routed expert storage")
       ->check(CLI::IsMember({"mxfp4", "bf16", "fp8"}));
   cmd->add_option("--seed", o->seed, "random seed (each tensor depends only on it and its name)");
+  // Bounded so that the byte counts they become fit 64 bits (a double past that converts to anything).
   cmd->add_option("--shard-mb", o->shard_mb, "shard size in MiB (a larger tensor gets a shard of its own)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1.0 / 1024, 1024.0 * 1024 * 1024));
   cmd->add_option("--size-gb", o->size_gb, "grow the number of experts until the checkpoint holds this many GiB")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1.0 / 1024, 1024.0 * 1024));
   cmd->add_option("--tokenizer-from", o->tokenizer_from,
                   "copy tiktoken.model and tokenizer_config.json from this directory (default for k3: the "
                   "built-in tokenizer, unless --vocab is given)");
-  cmd->add_flag("--no-tokenizer", o->no_tokenizer, "write no tokenizer files");
+  cmd->add_flag("--no-tokenizer", o->no_tokenizer, "write no tokenizer files")->excludes("--tokenizer-from");
   auto& d = o->dims;
   add_dim(cmd, "--hidden", d.hidden, "hidden size");
   add_dim(cmd, "--layers", d.layers, "decoder layers (MLA every --mla-period-th and the last, KDA elsewhere)");

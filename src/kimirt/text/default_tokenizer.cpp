@@ -24,7 +24,8 @@ void write_default_tokenizer(const std::filesystem::path& dir) {
     const auto data = embedded(name);
     std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
     out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    KIMIRT_CHECK(out.good(), "cannot write {}", (dir / name).string());
+    out.close();  // the last bytes reach the file here: checked after, not before
+    KIMIRT_CHECK(!out.fail(), "cannot write {}", (dir / name).string());
   }
 }
 
