@@ -120,6 +120,18 @@ TEST(DeviceArena, RefusesElementCountsThatWrap) {
   EXPECT_EQ(arena.step_used(), 0u);
   EXPECT_EQ(arena.persistent_used(), 0u);
   EXPECT_NE(arena.persistent<float>(100, "fine"), nullptr);
+  // Region sizes whose rounded sum wraps: refused before anything is allocated (a wrapped total was a small
+  // allocation behind a huge recorded capacity).
+  const std::string sizes = error([] { DeviceArena huge(~uint64_t{0} - (1 << 20), 1 << 21); });
+  EXPECT_NE(sizes.find("device arena: region sizes"), std::string::npos) << sizes;
+  // A step scope whose region was reset inside it ends quietly (a throwing destructor would terminate).
+  (void)arena.step<float>(64, "before the scope");
+  {
+    const StepScope scope(arena);  // its mark is above 0
+    (void)arena.step<float>(16, "scratch");
+    arena.reset_step();
+  }
+  EXPECT_EQ(arena.step_used(), 0u);
 }
 
 // The plan's device gets the memory, whichever device is current, and the current device stays as it was

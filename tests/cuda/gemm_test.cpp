@@ -766,6 +766,11 @@ TEST(GemmTable, KernelConfigsRoundTrip) {
   EXPECT_EQ(back.to_text(), b.to_text());
   EXPECT_THROW(parse_skinny_config("rows3x1"), Error);
   EXPECT_THROW(parse_skinny_config("rows1x3"), Error);
+  // Exactly one digit each: no signs, leading zeros or overflowing numbers (sscanf's %d took them).
+  for (const char* bad : {"rows+1x+2", "rows01x001", "rows99999999999x1", "rows1x2 ", "rows1x"}) {
+    EXPECT_THROW(parse_skinny_config(bad), Error) << bad;
+  }
+  EXPECT_EQ(skinny_config_name(parse_skinny_config("rows2x8")), "rows2x8");
   std::ofstream(path) << "12288 7168 1 rows9x9\n";
   try {
     GemmTable::load(path.string());

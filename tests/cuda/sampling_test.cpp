@@ -536,6 +536,14 @@ TEST(Sampling, CrossShardStepOnOneRank) {
   SingleComm host;
   DeviceArena other(CommCrossShard::arena_bytes(1, shard, rows), 0);
   EXPECT_THROW(CommCrossShard(host, shard, rows, other), Error) << "a host communicator";
+  // An arena with room for the candidates but not the logits: refused, and the arena is as it was (no
+  // allocation left owned by nobody).
+  DeviceArena small(CommCrossShard::arena_bytes(1, shard, rows) - 1024, 0);
+  const uint64_t before = small.persistent_used(), mark = small.persistent_mark();
+  EXPECT_THROW(CommCrossShard(*comm, shard, rows, small), Error);
+  EXPECT_EQ(small.persistent_used(), before);
+  EXPECT_EQ(small.persistent_mark(), mark);
+  EXPECT_THROW(CommCrossShard(*comm, shard, int64_t{1} << 40, other), Error) << "sizes past 64 bits";
 }
 
 // Two ranks on two GPUs, each with half of the vocabulary, sample a batch of greedy, temperature-only and

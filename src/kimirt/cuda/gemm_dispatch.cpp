@@ -109,10 +109,10 @@ SkinnyConfig parse_skinny_config(const std::string& text) {
     return c;
   }
   if (text == "auto") return c;
-  int rows = 0, splits = 0;
-  char tail = 0;
-  const bool ok = std::sscanf(text.c_str(), "rows%dx%d%c", &rows, &splits, &tail) == 2 && (rows == 1 || rows == 2) &&
-                  (splits == 1 || splits == 2 || splits == 4 || splits == 8);
+  // Exactly "rows" digit "x" digit: sscanf's %d would take signs, leading zeros and overflowing numbers.
+  const bool shape = text.size() == 7 && text.compare(0, 4, "rows") == 0 && text[5] == 'x';
+  const int rows = shape ? text[4] - '0' : 0, splits = shape ? text[6] - '0' : 0;
+  const bool ok = shape && (rows == 1 || rows == 2) && (splits == 1 || splits == 2 || splits == 4 || splits == 8);
   KIMIRT_CHECK(ok, "skinny GEMM config \"{}\": expected \"mma\", \"auto\" or rows{{1,2}}x{{1,2,4,8}}", text);
   c.kernel = SkinnyConfig::Kernel::kRows;
   c.rows_per_warp = rows;
@@ -198,6 +198,7 @@ GemmTable GemmTable::load(const std::string& path) {
     refuse_repeated_row(n, k);
     t.set(n, k, static_cast<int>(*max_m), config);
   }
+  KIMIRT_CHECK(!in.bad(), "GEMM table {}: a read error after line {}", path, line_no);
   return t;
 }
 

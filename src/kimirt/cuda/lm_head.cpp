@@ -70,9 +70,20 @@ CommCrossShard::CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_
       "lm_head: rank {} of {} holds the vocabulary shard [{}, {}) of {} (max_rows {}); the cross-shard step "
       "needs equal shards in rank order",
       comm.rank(), ranks, shard.offset, shard.offset + shard.size, shard.total, max_rows);
-  scores_ = arena.persistent<float>(static_cast<uint64_t>(ranks * max_rows), "lm_head.cross_scores");
-  ids_ = arena.persistent<int32_t>(static_cast<uint64_t>(ranks * max_rows), "lm_head.cross_ids");
-  logits_ = arena.persistent<float>(static_cast<uint64_t>((ranks + 1) * max_rows * shard.size), "lm_head.cross_logits");
+  // All three or none: a refused last allocation must not leave the first two owned by nobody (the arena
+  // gives persistent memory back only by rewinding). The element counts are bounded before they are formed.
+  KIMIRT_CHECK(max_rows <= (int64_t{1} << 40) / (ranks + 1) / shard.size,
+               "lm_head: max_rows {} x {} ranks x {} shard entries is too large", max_rows, ranks, shard.size);
+  const uint64_t mark = arena.persistent_mark();
+  try {
+    scores_ = arena.persistent<float>(static_cast<uint64_t>(ranks * max_rows), "lm_head.cross_scores");
+    ids_ = arena.persistent<int32_t>(static_cast<uint64_t>(ranks * max_rows), "lm_head.cross_ids");
+    logits_ =
+        arena.persistent<float>(static_cast<uint64_t>((ranks + 1) * max_rows * shard.size), "lm_head.cross_logits");
+  } catch (...) {
+    arena.rewind_persistent(mark);
+    throw;
+  }
 }
 
 void CommCrossShard::combine(cudaStream_t stream, float* scores, int32_t* ids, int64_t rows) {

@@ -143,8 +143,14 @@ DeviceArena::DeviceArena(uint64_t persistent_bytes, uint64_t step_bytes) : devic
 }
 
 void DeviceArena::init(uint64_t persistent_bytes, uint64_t step_bytes) {
+  // Rounded and summed without wrapping: a wrapped total would allocate less than the regions describe.
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max() - kArenaAlignment;
+  KIMIRT_CHECK(persistent_bytes <= kMax && step_bytes <= kMax, "device arena: region sizes {} and {} are too large",
+               persistent_bytes, step_bytes);
   persistent_capacity_ = align_up(persistent_bytes, kArenaAlignment);
   step_capacity_ = align_up(step_bytes, kArenaAlignment);
+  KIMIRT_CHECK(persistent_capacity_ <= kMax - step_capacity_, "device arena: region sizes {} and {} are too large",
+               persistent_bytes, step_bytes);
   const uint64_t total = persistent_capacity_ + step_capacity_;
   KIMIRT_CHECK(total > 0, "device arena: both regions are empty");
   void* p = nullptr;

@@ -154,7 +154,11 @@ class DeviceArena {
 class StepScope {
  public:
   explicit StepScope(DeviceArena& arena) : arena_(arena), mark_(arena.mark()) {}
-  ~StepScope() { arena_.rewind(mark_); }
+  // Only down: if the step region was reset inside the scope (below the mark), there is nothing to give back,
+  // and a destructor must not throw.
+  ~StepScope() {
+    if (mark_ <= arena_.step_used()) arena_.rewind(mark_);
+  }
   StepScope(const StepScope&) = delete;
   StepScope& operator=(const StepScope&) = delete;
 
