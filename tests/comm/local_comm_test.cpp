@@ -146,6 +146,39 @@ TEST(LocalComm, RanksThatDisagreeAllThrowTheSameError) {
     EXPECT_EQ(v, 2.0f);
   });
   expect_all(after, "(no error)");
+  // A barrier while another rank is in a collective: out of step on both (the barrier published nothing, so
+  // the collective matched a stale slot and read a buffer since freed).
+  expect_all(errors_of(2,
+                       [](Comm& c) {
+                         std::vector<float> warm(4, 1.0f);
+                         c.all_reduce_sum(warm.data(), 4, DType::kF32);  // leaves a slot behind
+                         std::vector<float> v(4, 1.0f);
+                         if (c.rank() == 0) {
+                           c.barrier();
+                         } else {
+                           c.all_reduce_sum(v.data(), 4, DType::kF32);
+                         }
+                       }),
+             "rank 1 is in all_reduce_sum while rank 0 is in barrier");
+  // A refused split numbers nothing: the next split pairs the ranks again (their split numbers used to part,
+  // and the first collective of the new subgroups never ended).
+  const auto resplit = errors_of(2, [](Comm& c) {
+    float v = 1.0f;
+    try {
+      if (c.rank() == 0) {
+        (void)c.split(0, c.rank());
+      } else {
+        c.all_reduce_sum(&v, 1, DType::kF32);
+      }
+    } catch (const Error&) {
+    }
+    auto sub = c.split(0, c.rank());
+    EXPECT_EQ(sub->size(), 2);
+    float w = 1.0f;
+    sub->all_reduce_sum(&w, 1, DType::kF32);
+    EXPECT_EQ(w, 2.0f);
+  });
+  expect_all(resplit, "(no error)");
 }
 
 TEST(LocalComm, AllToAllCountsAreCheckedOnEveryRank) {

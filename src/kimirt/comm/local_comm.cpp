@@ -20,7 +20,7 @@ class LocalCommGroup {
  public:
   explicit LocalCommGroup(int size) : size_(size), slots_(static_cast<size_t>(size)) {}
 
-  enum class Op : uint8_t { kAllReduce, kAllGather, kReduceScatter, kAllToAllV, kBroadcast, kSplit };
+  enum class Op : uint8_t { kAllReduce, kAllGather, kReduceScatter, kAllToAllV, kBroadcast, kSplit, kBarrier };
 
   // What a rank passed to the collective it is in. Published before the first rendezvous, read by every rank
   // after it, and not changed before the last one, so that no rank reads a slot while its owner rewrites it.
@@ -84,16 +84,19 @@ class LocalCommGroup {
     return {};
   }
 
-  void arrive_and_wait() {
+  // `abortable`: the first rendezvous of a call, where an abort releases the ranks. The later ones of a call
+  // that every rank has entered (committed) ignore it: every rank is sure to come, and one released early
+  // could free a buffer that another is still reading.
+  void arrive_and_wait(bool abortable = true) {
     std::unique_lock<std::mutex> lock(mutex_);
-    throw_if_aborted();
+    if (abortable) throw_if_aborted();
     const uint64_t generation = generation_;
     if (++arrived_ == size_) {
       arrived_ = 0;
       ++generation_;
       cv_.notify_all();
     } else {
-      cv_.wait(lock, [&] { return generation_ != generation || aborted_; });
+      cv_.wait(lock, [&] { return generation_ != generation || (abortable && aborted_); });
       if (generation_ == generation) throw_if_aborted();
     }
   }
@@ -169,6 +172,8 @@ class LocalCommGroup {
         return "broadcast";
       case Op::kSplit:
         return "split";
+      case Op::kBarrier:
+        return "barrier";
     }
     return "?";
   }
@@ -225,7 +230,8 @@ void sum_into(DType dtype, const std::vector<const void*>& srcs, size_t offset, 
       }
       return;
     }
-    default: fail("comm: sum of {} is not supported", dtype_name(dtype));
+    default:
+      fail("comm: sum of {} is not supported", dtype_name(dtype));
   }
 }
 
@@ -237,10 +243,31 @@ void meet(LocalCommGroup& group, int rank, const LocalCommGroup::Slot& mine) {
   group.arrive_and_wait();
   const std::string problem = group.disagreement();
   if (!problem.empty()) {
-    group.arrive_and_wait();  // every rank has read every slot before any may publish its next call
+    group.arrive_and_wait(false);  // every rank has read every slot before any may publish its next call
     fail("{}", problem);
   }
 }
+
+// The rendezvous of a call after meet(): `count` of them, committed (not released by an abort). A rank that
+// throws on the way still arrives at the ones it has left, so that the others neither wait forever nor
+// read its buffers after it has unwound.
+class Committed {
+ public:
+  Committed(LocalCommGroup& group, int count) : group_(group), left_(count) {}
+  void wait() {
+    --left_;
+    group_.arrive_and_wait(false);
+  }
+  ~Committed() {
+    while (left_ > 0) wait();
+  }
+  Committed(const Committed&) = delete;
+  Committed& operator=(const Committed&) = delete;
+
+ private:
+  LocalCommGroup& group_;
+  int left_;
+};
 
 }  // namespace
 
@@ -260,39 +287,47 @@ LocalComm::~LocalComm() = default;
 
 int LocalComm::size() const { return group_->size(); }
 
-void LocalComm::barrier() { group_->arrive_and_wait(); }
+// Through meet(), as every call: a rank in barrier() while another is in a collective is the same "out of
+// step" error on both, not a match against a stale slot.
+void LocalComm::barrier() {
+  meet(*group_, rank_, {.op = LocalCommGroup::Op::kBarrier});
+  Committed(*group_, 1).wait();
+}
 
 void LocalComm::all_reduce_sum(void* buf, size_t count, DType dtype, void*) {
   ++num_all_reduces_;
   const size_t bytes = comm_bytes(count, dtype);
+  std::vector<uint8_t> result(bytes);
   meet(*group_, rank_, {.op = LocalCommGroup::Op::kAllReduce, .send = buf, .count = count, .dtype = dtype});
+  Committed done(*group_, 2);
   std::vector<const void*> srcs;
   for (int r = 0; r < size(); ++r) srcs.push_back(group_->slot(r).send);
-  std::vector<uint8_t> result(bytes);
   sum_into(dtype, srcs, 0, count, result.data());
-  barrier();  // everyone has read every buffer: now each may overwrite its own
+  done.wait();  // everyone has read every buffer: now each may overwrite its own
   if (bytes) std::memcpy(buf, result.data(), bytes);
-  barrier();
+  done.wait();
 }
 
 void LocalComm::all_gather(const void* send, void* recv, size_t count, DType dtype, void*) {
   const size_t bytes = comm_bytes(count, dtype);
   meet(*group_, rank_, {.op = LocalCommGroup::Op::kAllGather, .send = send, .count = count, .dtype = dtype});
+  Committed done(*group_, 1);
   for (int r = 0; r < size(); ++r) {
     if (bytes) std::memmove(static_cast<uint8_t*>(recv) + static_cast<size_t>(r) * bytes, group_->slot(r).send, bytes);
   }
-  barrier();
+  done.wait();
 }
 
 void LocalComm::reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype, void*) {
+  std::vector<uint8_t> result(comm_bytes(count, dtype));
   meet(*group_, rank_, {.op = LocalCommGroup::Op::kReduceScatter, .send = send, .count = count, .dtype = dtype});
+  Committed done(*group_, 2);
   std::vector<const void*> srcs;
   for (int r = 0; r < size(); ++r) srcs.push_back(group_->slot(r).send);
-  std::vector<uint8_t> result(comm_bytes(count, dtype));
   sum_into(dtype, srcs, static_cast<size_t>(rank_) * count, count, result.data());
-  barrier();
+  done.wait();
   if (!result.empty()) std::memcpy(recv, result.data(), result.size());
-  barrier();
+  done.wait();
 }
 
 void LocalComm::all_to_all_v(const void* send, std::span<const size_t> send_counts, void* recv,
@@ -304,6 +339,7 @@ void LocalComm::all_to_all_v(const void* send, std::span<const size_t> send_coun
         .dtype = dtype,
         .counts = send_counts,
         .recv_counts = recv_counts});
+  Committed done(*group_, 1);
   size_t recv_offset = 0;
   for (size_t r = 0; r < n; ++r) {
     const auto& peer = group_->slot(static_cast<int>(r));
@@ -317,14 +353,15 @@ void LocalComm::all_to_all_v(const void* send, std::span<const size_t> send_coun
     }
     recv_offset += count;
   }
-  barrier();
+  done.wait();
 }
 
 void LocalComm::broadcast(void* buf, size_t count, DType dtype, int root, void*) {
   meet(*group_, rank_,
        {.op = LocalCommGroup::Op::kBroadcast, .send = buf, .count = count, .dtype = dtype, .root = root});
+  Committed done(*group_, 1);
   if (rank_ != root && count) std::memcpy(buf, group_->slot(root).send, comm_bytes(count, dtype));
-  barrier();
+  done.wait();
 }
 
 void LocalComm::abort(const std::string& reason) { group_->abort(reason); }
@@ -332,18 +369,20 @@ void LocalComm::abort(const std::string& reason) { group_->abort(reason); }
 size_t LocalComm::live_subgroups() const { return group_->live_subgroups(); }
 
 std::unique_ptr<Comm> LocalComm::split(int color, int key) {
-  const uint64_t split_id = group_->next_split_id(rank_);
   meet(*group_, rank_, {.op = LocalCommGroup::Op::kSplit, .color = color, .key = key});
+  Committed done(*group_, 1);
+  // Numbered once every rank is in the split: a refused one (a rank out of step) numbers none, so the
+  // ranks' numbers stay equal.
+  const uint64_t split_id = group_->next_split_id(rank_);
   std::vector<std::pair<int, int>> members;  // (key, rank) of my color
   for (int r = 0; r < size(); ++r) {
     if (group_->slot(r).color == color) members.emplace_back(group_->slot(r).key, r);
   }
   std::sort(members.begin(), members.end());
   const int new_rank = static_cast<int>(
-      std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.second == rank_; }) -
-      members.begin());
+      std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.second == rank_; }) - members.begin());
   auto sub = group_->subgroup(split_id, color, static_cast<int>(members.size()));
-  barrier();
+  done.wait();
   return std::make_unique<LocalComm>(std::move(sub), new_rank);
 }
 
