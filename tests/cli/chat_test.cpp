@@ -62,6 +62,16 @@ TEST(Chat, EmptyTextFlagsOfRunAreRefused) {
   }
 }
 
+// --dump-logits into a directory that does not exist: refused before the model is loaded (it failed only at
+// the end, after the generation).
+TEST(Chat, DumpLogitsDirectoryIsCheckedFirst) {
+  const auto r = run_shell(kKimirt + " run -m /nonexistent-model --dump-logits /nonexistent-dir/x.safetensors");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--dump-logits /nonexistent-dir/x.safetensors: /nonexistent-dir is not a directory"),
+            std::string::npos)
+      << r.output;
+}
+
 // chat: -n must leave room for the conversation in --context, and --system must be text it can encode; both
 // refused before anything is loaded (every line used to be refused instead).
 TEST(Chat, ContextAndSystemFlagsAreCheckedAtStart) {

@@ -13,7 +13,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -159,6 +162,13 @@ void run_rank(const RankInputs& in, Comm& comm) {
 }
 
 void run(const RunOptions& o) {
+  if (!o.dump_logits.empty()) {
+    // Its directory is checked now, not after the load and the generation it would otherwise waste.
+    const fs::path parent = fs::absolute(fs::path(o.dump_logits)).parent_path();
+    std::error_code ec;
+    KIMIRT_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0,
+                 "--dump-logits {}: {} is not a directory this process can write to", o.dump_logits, parent.string());
+  }
   ThreadPool::set_global_threads(o.threads);
   const runtime::Device device = runtime::parse_device(o.device);
   runtime::require_device(device);
