@@ -5,9 +5,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <system_error>
-
-#include <unistd.h>
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/progress.h"
@@ -66,22 +63,9 @@ void run(const MakeTinyOptions& o) {
       options.side_files.push_back(p);
     }
   }
-  // The built-in tokenizer goes in as side files, inside the checkpoint's all-or-nothing write: written into
-  // OUT afterwards, a failure (a full disk) left a checkpoint without it, or with a cut one.
-  struct RemoveOnExit {
-    fs::path dir;
-    ~RemoveOnExit() {
-      std::error_code ec;
-      if (!dir.empty()) fs::remove_all(dir, ec);
-    }
-  } tokenizer_tmp;
-  if (builtin_tokenizer) {
-    tokenizer_tmp.dir = fs::temp_directory_path() / ("kimirt-tokenizer-" + std::to_string(::getpid()));
-    fs::remove_all(tokenizer_tmp.dir);
-    fs::create_directories(tokenizer_tmp.dir);
-    text::write_default_tokenizer(tokenizer_tmp.dir);
-    for (const char* name : kTokenizerFiles) options.side_files.push_back(tokenizer_tmp.dir / name);
-  }
+  // The built-in tokenizer is written inside the checkpoint's all-or-nothing write: written into OUT
+  // afterwards, a failure (a full disk) left a checkpoint without it, or with a cut one.
+  if (builtin_tokenizer) options.add_files = [](const fs::path& dir) { text::write_default_tokenizer(dir); };
   const Timer timer;
   const auto info = model::write_tiny_checkpoint(o.out, config, options);
   std::printf("%s: %s model, %lld layers, %lld experts (%s), %zu tensors, %s in %zu shard(s), %.1f s\n", o.out.c_str(),

@@ -379,6 +379,7 @@ TinyCheckpointInfo write_tiny_checkpoint(const fs::path& dir_in, const ModelConf
     write_text(tmp / "config.json", config.to_json().dump(2) + "\n");
     write_text(tmp / "generation_config.json", generation_config(config).dump(2) + "\n");
     for (const auto& f : options.side_files) fs::copy_file(f, tmp / f.filename());
+    if (options.add_files) options.add_files(tmp);
     if (fs::exists(dir, ec)) fs::remove(dir);  // the empty directory it replaces
     fs::rename(tmp, dir);
   } catch (const fs::filesystem_error& e) {

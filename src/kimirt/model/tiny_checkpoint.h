@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -62,6 +63,9 @@ struct TinyCheckpointOptions {
   // Files copied into the checkpoint under their own names: the hook for tokenizer files
   // (tiktoken.model, tokenizer_config.json), which the text layer above this one knows how to make.
   std::vector<std::filesystem::path> side_files;
+  // Writes more files into the checkpoint's temporary directory before it is moved into place, so that they
+  // are part of the all-or-nothing write (the built-in tokenizer, which the text layer writes).
+  std::function<void(const std::filesystem::path& dir)> add_files;
 };
 
 struct TinyCheckpointInfo {
