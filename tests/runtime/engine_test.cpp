@@ -270,33 +270,6 @@ TEST_F(EngineTest, MaxTokensZeroEndsAtOnce) {
   EXPECT_EQ(engine.stats().steps, 0);
 }
 
-// max_tokens 0 with the prompt's logits asked for: the prompt is run (that is the whole request: scoring a
-// text) and every row delivered, then it ends with no token.
-TEST_F(EngineTest, MaxTokensZeroStillScoresThePrompt) {
-  const auto prompt = ids(20, 11);
-  const int64_t V = model_.config().vocab_size;
-  testing::TestBackend ref_backend(model_);
-  const auto ref = testing::run_one(ref_backend.backend, prompt, 0, 0, LogitRows::kAll);
-  testing::TestBackend t(model_);
-  Collector col;
-  EngineConfig config;
-  config.scheduler = {.max_batch_tokens = 16, .prefill_chunk = 7};
-  Engine engine(t.backend, config, col.callback());
-  std::vector<float> rows;
-  engine.set_prompt_logits_callback(
-      [&](int64_t, int64_t, std::span<const float> r, int64_t) { rows.insert(rows.end(), r.begin(), r.end()); });
-  auto r = greedy(prompt, 0);
-  r.prompt_logits = true;
-  const int64_t id = engine.submit(r);
-  engine.run_until_idle();
-  EXPECT_EQ(rows.size(), prompt.size() * static_cast<size_t>(V));
-  EXPECT_LE(testing::rel_error(rows, ref), 1e-4);
-  EXPECT_TRUE(col.at(id).tokens.empty());
-  EXPECT_EQ(col.at(id).reason, FinishReason::kLength);
-  EXPECT_EQ(col.at(id).finished_events, 1);
-  EXPECT_TRUE(engine.idle());
-}
-
 TEST_F(EngineTest, RequestsSubmittedFromAnotherThreadAllFinish) {
   testing::TestBackend t(model_);
   Collector col;
@@ -346,6 +319,21 @@ TEST_F(EngineTest, DeliversPromptLogitsAndTheRowsThatChoseEachToken) {
   const std::vector<float> last_prompt_row(prompt_logits.end() - V, prompt_logits.end());
   EXPECT_EQ(o.step_logits[0], last_prompt_row);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(o.tokens[i], cpu::argmax(o.step_logits[i].data(), V));
+
+  // max_tokens 0 with the prompt's logits asked for: the prompt is run (that is the whole request: scoring a
+  // text) and every row delivered, then it ends with no token.
+  prompt_logits.clear();
+  next_position = 0;
+  auto score_only = greedy(prompt, 0);
+  score_only.prompt_logits = true;
+  const int64_t scored = engine.submit(score_only);
+  engine.run_until_idle();
+  EXPECT_EQ(prompt_logits.size(), prompt.size() * static_cast<size_t>(V));
+  EXPECT_LE(testing::rel_error(prompt_logits, ref), 1e-4);
+  EXPECT_TRUE(col.at(scored).tokens.empty());
+  EXPECT_EQ(col.at(scored).reason, FinishReason::kLength);
+  EXPECT_EQ(col.at(scored).finished_events, 1);
+  EXPECT_TRUE(engine.idle());
 }
 
 TEST_F(EngineTest, TextAndStopStringsWithATokenizer) {

@@ -66,9 +66,9 @@ bool any_uses_filters(std::span<const SamplingParams> params, int64_t vocab);
 
 // Device scratch that lets several blocks share a row (small batches): sampling_workspace_bytes(rows) bytes,
 // zero-filled once before its first use (init_sampling_workspace); every call leaves its barrier counters at
-// zero again (the rest is scratch, written before it is read). One
-// workspace per stream (calls on it must not overlap): a workspace not zeroed, or shared by overlapping calls,
-// gives wrong tokens or a hang (the counters are not repaired per call, to keep a memset off the step).
+// zero again (the rest is scratch, written before it is read). One workspace per stream (calls on it must not
+// overlap): a workspace not zeroed, or shared by overlapping calls, gives wrong tokens or a hang (the counters
+// are not repaired per call, to keep a memset off the step).
 // The blocks of a row wait for each other: the launch keeps blocks x rows within the SM count and is
 // cooperative, so a GPU share with fewer SMs than the device reports (an MPS limit, a green context) makes
 // the call fail rather than hang.

@@ -5,9 +5,9 @@
 // A rank that fails must not leave the others waiting in a collective: in one process on the CPU the group's
 // LocalComm is aborted and the first error (the cause, not the aborts it caused) is rethrown; under mpirun the
 // error is printed with the rank and the whole launch is aborted (MPI_Abort), as the other processes cannot be
-// reached. Not yet for NCCL ranks in one process: the failure is printed at once, but the other ranks wait in
-// their next collective (a known gap: blocking communicators cannot be aborted safely under a thread that may be
-// inside a call on them; non-blocking ones, polled, could).
+// reached. Not yet for NCCL ranks in one process: the other ranks wait in their next collective, and the failure
+// is printed if the group is still waiting 5 s later (a known gap: blocking communicators cannot be aborted
+// safely under a thread that may be inside a call on them; non-blocking ones, polled, could).
 #pragma once
 
 #include <functional>
