@@ -6,6 +6,8 @@
 #include <cstring>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "kimirt/model/expert_stream.h"
 #include "kimirt/tensor/float_convert.h"
 #include "loader_test_util.h"
@@ -495,23 +497,26 @@ TEST_F(LoaderFault, Fp8WeightWithoutScale) {
   EXPECT_THAT(e, HasSubstr(good_.shard_of.at(q_) + ": ")) << "names the shard";
 }
 
+// Turns the float weight `base`.weight of `raw` into FP8 (every value 1.0) with an F32 weight_scale_inv of ones.
+void make_fp8(loadtest::RawCheckpoint& raw, const std::string& base) {
+  loadtest::RawTensor& w = raw.tensors.at(base + ".weight");
+  ASSERT_EQ(w.shape.size(), 2u);
+  w.dtype = DType::kF8E4M3;
+  w.bytes.assign(static_cast<size_t>(w.shape[0] * w.shape[1]), 0x38);  // 1.0 in E4M3
+  const Shape scale_shape = {(w.shape[0] + 127) / 128, (w.shape[1] + 127) / 128};
+  const float one = 1.0f;
+  std::vector<uint8_t> scale(static_cast<size_t>(scale_shape[0] * scale_shape[1]) * sizeof(float));
+  for (size_t i = 0; i < scale.size(); i += sizeof(float)) std::memcpy(scale.data() + i, &one, sizeof one);
+  raw.tensors[base + ".weight_scale_inv"] = loadtest::RawTensor{DType::kF32, scale_shape, scale};
+  raw.shard_of[base + ".weight_scale_inv"] = raw.shard_of.at(base + ".weight");
+}
+
 // A quantized gate/up pair with one half missing: the error lists the missing half's tensors (weight and
 // block scale), not a format mismatch between the halves. Either half.
 TEST_F(LoaderFault, MissingHalfOfAnFp8GateUpPairIsNamed) {
   const std::string mlp = "language_model.model.layers.0.mlp.";
   auto fp8 = good_;
-  for (const char* half : {"gate_proj", "up_proj"}) {
-    loadtest::RawTensor& w = fp8.tensors.at(mlp + half + ".weight");
-    ASSERT_EQ(w.shape.size(), 2u);
-    w.dtype = DType::kF8E4M3;
-    w.bytes.assign(static_cast<size_t>(w.shape[0] * w.shape[1]), 0x38);  // 1.0 in E4M3
-    const Shape scale_shape = {(w.shape[0] + 127) / 128, (w.shape[1] + 127) / 128};
-    const float one = 1.0f;
-    std::vector<uint8_t> scale(static_cast<size_t>(scale_shape[0] * scale_shape[1]) * sizeof(float));
-    for (size_t i = 0; i < scale.size(); i += sizeof(float)) std::memcpy(scale.data() + i, &one, sizeof one);
-    fp8.tensors[mlp + half + ".weight_scale_inv"] = loadtest::RawTensor{DType::kF32, scale_shape, scale};
-    fp8.shard_of[mlp + half + ".weight_scale_inv"] = fp8.shard_of.at(mlp + half + ".weight");
-  }
+  for (const char* half : {"gate_proj", "up_proj"}) make_fp8(fp8, mlp + half);
   EXPECT_EQ(load_error(write("fp8-pair", fp8)), "(no error)") << "the FP8 pair itself loads";
   for (const char* gone : {"gate_proj", "up_proj"}) {
     auto raw = fp8;
@@ -524,6 +529,68 @@ TEST_F(LoaderFault, MissingHalfOfAnFp8GateUpPairIsNamed) {
     EXPECT_THAT(e, HasSubstr(mlp + gone + ".weight")) << gone;
     EXPECT_THAT(e, HasSubstr(mlp + gone + ".weight_scale_inv")) << gone;
   }
+}
+
+// A block scale that decodes to NaN would make its whole group or block of weights NaN, silently: refused,
+// naming the tensor, the scale's place and its code; nothing reaches the ParamStore. MXFP4 (E8M0 0xFF, checked
+// piece by piece as the bytes pass) and FP8 (an F32 NaN or infinity, checked on the whole tensor).
+TEST_F(LoaderFault, NanBlockScalesAreRefusedAndNamed) {
+  std::string mx;
+  for (const auto& [key, t] : good_.tensors) {
+    if (key.ends_with(".weight_scale") && (t.dtype == DType::kU8 || t.dtype == DType::kF8E8M0)) mx = key;
+  }
+  ASSERT_FALSE(mx.empty()) << "the tiny K3 has MXFP4 experts";
+  auto raw = good_;
+  const int64_t cols = raw.tensors.at(mx).shape.at(1);
+  raw.tensors.at(mx).bytes.at(static_cast<size_t>(cols + 1)) = 0xFF;
+  const std::string fp8_base = "language_model.model.layers.0.mlp.down_proj";
+  auto fp8 = good_;
+  make_fp8(fp8, fp8_base);
+  EXPECT_EQ(load_error(write("fp8-ok", fp8)), "(no error)");
+  std::vector<std::pair<loadtest::RawCheckpoint, std::string>> cases = {
+      {raw, fmt::format("{}: block scale {} (row 1, column 1) decodes to NaN ({} code 0xff): every weight it scales "
+                        "would be so",
+                        mx, cols + 1, dtype_name(raw.tensors.at(mx).dtype))}};
+  for (const float bad : {std::nanf(""), -INFINITY}) {
+    auto f = fp8;
+    std::memcpy(f.tensors.at(fp8_base + ".weight_scale_inv").bytes.data(), &bad, sizeof bad);
+    cases.emplace_back(f, fmt::format("{}.weight_scale_inv: block scale 0 (row 0, column 0) decodes to NaN or "
+                                      "infinity (F32 {})",
+                                      fp8_base, bad));
+  }
+  int n = 0;
+  for (const auto& [bad, want] : cases) {
+    const Opened o = open(write("nan-scale-" + std::to_string(n++), bad));
+    RecordingTarget target;
+    const std::string e = error_of([&] { load_into(target, o.checkpoint, *o.schema, ParallelMapping{}, quiet()); });
+    EXPECT_THAT(e, HasSubstr(want));
+    EXPECT_EQ(target.abandons, 1) << e;
+    EXPECT_EQ(target.finishes, 0) << e;
+    EXPECT_EQ(target.take().size(), 0u);
+  }
+}
+
+// E8M0 code 0x00 (2^-127 or zero, readers differ): loaded, and counted.
+TEST_F(LoaderFault, E8m0ZeroScalesAreCounted) {
+  auto raw = good_;
+  int64_t zeros_before = 0;
+  std::string mx;
+  for (auto& [key, t] : raw.tensors) {
+    if (!key.ends_with(".weight_scale") || !(t.dtype == DType::kU8 || t.dtype == DType::kF8E8M0)) continue;
+    zeros_before += std::count(t.bytes.begin(), t.bytes.end(), uint8_t{0});
+    mx = key;
+  }
+  ASSERT_FALSE(mx.empty());
+  auto& bytes = raw.tensors.at(mx).bytes;
+  const int64_t zeros_there = std::count(bytes.begin(), bytes.end(), uint8_t{0});
+  for (size_t i : {size_t{0}, size_t{3}, bytes.size() - 1}) bytes.at(i) = 0;
+  const int64_t added = std::count(bytes.begin(), bytes.end(), uint8_t{0}) - zeros_there;
+  ASSERT_GT(added, 0);
+  const Opened o = open(write("zero-scale", raw));
+  const LoadPlan plan = LoadPlan::build(o.checkpoint, *o.schema, ParallelMapping{});
+  ParamStoreTarget target;
+  const LoadStats stats = execute_plan(plan, target, quiet(64 << 10, 2));
+  EXPECT_EQ(stats.e8m0_zero_scales, static_cast<uint64_t>(zeros_before + added));
 }
 
 TEST_F(LoaderFault, NonZeroALogPadding) {

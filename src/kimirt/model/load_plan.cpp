@@ -9,6 +9,7 @@
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/log.h"
+#include "kimirt/quant/scale_codes.h"
 
 namespace kimirt::model {
 namespace {
@@ -80,7 +81,10 @@ class Builder {
       uint64_t covered = 0;
       for (const auto& copy : cs.rule.copies) {
         const auto s = static_cast<size_t>(copy.source);
-        PlannedRead& read = reads_[read_for(cs.keys[s], spec, s, cs.component)];
+        const quant::ScaleCode code = quant::block_scale_code(
+            pp.format, quant::format_components(pp.format)[static_cast<size_t>(cs.component)], dest.dtype);
+        const bool whole = code == quant::ScaleCode::kFloat;
+        PlannedRead& read = reads_[read_for(cs.keys[s], spec, s, cs.component, whole)];
         auto blocks = region_blocks(canonical[s].shape(), copy.src, dest.shape, copy.dst, element, d);
         for (const auto& b : blocks) covered += b.bytes();
         read.blocks.insert(read.blocks.end(), blocks.begin(), blocks.end());
@@ -121,7 +125,7 @@ class Builder {
         where, [&] { return schema_.normalize(spec, source, static_cast<size_t>(cs.component), stored, key); });
   }
 
-  uint32_t read_for(const std::string& key, const ParamSpec& spec, size_t source, int component) {
+  uint32_t read_for(const std::string& key, const ParamSpec& spec, size_t source, int component, bool whole) {
     auto [it, fresh] = read_index_.try_emplace(key, static_cast<uint32_t>(reads_.size()));
     if (fresh) {
       const auto& ref = checkpoint_.at(key);
@@ -129,7 +133,7 @@ class Builder {
       r.key = key;
       r.shard = ref.shard;
       r.info = ref.info;
-      r.check_values = spec.role == ParamRole::kKdaALog;
+      r.check_values = spec.role == ParamRole::kKdaALog || whole;
       r.spec = &spec;
       r.source = static_cast<uint32_t>(source);
       r.component = static_cast<uint32_t>(component);

@@ -13,6 +13,8 @@
 #include "kimirt/base/progress.h"
 #include "kimirt/base/timer.h"
 #include "kimirt/model/expert_stream.h"
+#include "kimirt/quant/scale_codes.h"
+#include "kimirt/tensor/float_convert.h"
 
 namespace kimirt::model {
 namespace {
@@ -24,6 +26,12 @@ class PlanExecutor final : public io::ReadSink {
   PlanExecutor(const LoadPlan& plan, LoadTarget& target, ExpertStream& experts)
       : plan_(plan), target_(target), experts_(experts), written_(new std::atomic<uint64_t>[plan.dests().size()]) {
     for (size_t d = 0; d < plan.dests().size(); ++d) written_[d].store(0);
+    scale_codes_.reserve(plan.dests().size());
+    for (const PlannedDest& dest : plan.dests()) {
+      const quant::WeightFormat format = plan.params()[dest.param].format;
+      const quant::Component& c = quant::format_components(format)[static_cast<size_t>(dest.component)];
+      scale_codes_.push_back(quant::block_scale_code(format, c, dest.dtype));
+    }
     // Created up front, so that the I/O threads only look entries up (no insertion races).
     for (size_t r = 0; r < plan.reads().size(); ++r) {
       if (plan.reads()[r].check_values) scratch_[r];
@@ -66,6 +74,8 @@ class PlanExecutor final : public io::ReadSink {
     }
   }
 
+  uint64_t e8m0_zero_scales() const { return e8m0_zeros_.load(); }
+
  private:
   void deliver(const PlannedRead& read, const uint8_t* data, uint64_t a, uint64_t n, int slot) {
     const uint64_t end = a + n;
@@ -104,6 +114,11 @@ class PlanExecutor final : public io::ReadSink {
       w.width = hi - lo;
       w.rows = rows;
       w.staging_slot = staging_slot;
+      if (scale_codes_[b.dest] != quant::ScaleCode::kNone) {
+        const uint64_t trimmed = read.offset - read.shard->absolute_offset(*read.info);
+        with_context([&] { return fmt::format("{}: {}", read.shard->path().filename().string(), read.key); },
+                     [&] { check_scales(read, w, trimmed + a + (w.src - data)); });
+      }
       // The target (a failed device copy, say) does not know which tensor it was moving; the name is formatted
       // only then (this runs for every staged piece).
       with_context([&] { return fmt::format("{}: {}", read.shard->path().filename().string(), read.key); },
@@ -116,11 +131,44 @@ class PlanExecutor final : public io::ReadSink {
     if (slot >= 0) experts_.landed(slot, bytes);
   }
 
+  // A block scale that decodes to NaN or infinity is refused (its weights would be so, silently); E8M0 code
+  // 0x00, which readers decode differently, is counted (LoadStats::e8m0_zero_scales). `offset`: the byte of
+  // the stored tensor that w's first row starts at (one-byte codes come piece by piece, wider scales whole).
+  void check_scales(const PlannedRead& read, const StagedWrite& w, uint64_t offset) {
+    const quant::ScaleCode code = scale_codes_[w.dest];
+    const DType dtype = read.info->dtype;
+    const uint64_t element = static_cast<uint64_t>(dtype_bits(dtype) / 8);
+    uint64_t zeros = 0;
+    for (uint64_t r = 0; r < w.rows; ++r) {
+      const uint8_t* row = w.src + r * w.src_pitch;
+      const quant::ScaleCodeCount n = quant::count_scale_codes(code, dtype, row, w.width / element);
+      zeros += n.e8m0_zero;
+      if (n.invalid == 0) continue;
+      const uint64_t at = (offset + r * w.src_pitch) / element + n.first_invalid;
+      const Shape& shape = read.info->shape;
+      const uint64_t cols = shape.empty() ? 1 : static_cast<uint64_t>(shape_numel(shape) / shape[0]);
+      const uint8_t* value = row + n.first_invalid * element;
+      std::string what;
+      if (code == quant::ScaleCode::kFloat) {
+        float f = 0.0f;
+        convert_to_f32(dtype, value, &f, 1);
+        what = fmt::format("NaN or infinity ({} {})", dtype_name(dtype), f);
+      } else {
+        what = fmt::format("NaN ({} code {:#04x})", dtype_name(dtype), *value);
+      }
+      fail("block scale {} (row {}, column {}) decodes to {}: every weight it scales would be so", at, at / cols,
+           at % cols, what);
+    }
+    if (zeros) e8m0_zeros_.fetch_add(zeros);
+  }
+
   const LoadPlan& plan_;
   LoadTarget& target_;
   ExpertStream& experts_;
   std::unique_ptr<std::atomic<uint64_t>[]> written_;
   std::unordered_map<uint64_t, std::vector<uint8_t>> scratch_;  // reads whose values are checked (A_log)
+  std::vector<quant::ScaleCode> scale_codes_;                   // per destination
+  std::atomic<uint64_t> e8m0_zeros_{0};
 };
 
 }  // namespace
@@ -144,6 +192,7 @@ LoadStats execute_plan(const LoadPlan& plan, LoadTarget& target, const LoadOptio
     executor.check_complete();
     experts.check_complete();
     stats.expert_layers_finalized = experts.layers_finalized();
+    stats.e8m0_zero_scales = executor.e8m0_zero_scales();
     stats.dest_bytes = plan.dest_bytes();
     target.finish();
   } catch (...) {
@@ -162,6 +211,12 @@ void load_into(LoadTarget& target, const io::Checkpoint& checkpoint, const Schem
              checkpoint.dir().string(), plan.params().size(), format_bytes(stats.dest_bytes), mapping.str(),
              stats.seconds, stats.seconds > 0 ? static_cast<double>(stats.read.bytes_read) / stats.seconds / 1e9 : 0.0,
              stats.read.preads, format_bytes(stats.read.peak_staging_bytes));
+  if (stats.e8m0_zero_scales > 0) {
+    log::warn(
+        "{}: {} MXFP4 block scales hold E8M0 code 0x00, which readers decode as 2^-127 or as zero (their "
+        "32 weights are zeros or nearly so either way); released K3 checkpoints hold none",
+        checkpoint.dir().string(), stats.e8m0_zero_scales);
+  }
 }
 
 ParamStore load_params(const io::Checkpoint& checkpoint, const Schema& schema, const ParallelMapping& mapping,

@@ -37,7 +37,8 @@ struct LoadStats {
   io::ReadStats read;
   uint64_t dest_bytes = 0;  // bytes delivered to the target
   size_t expert_layers_finalized = 0;
-  double seconds = 0;  // reading and delivering (the plan is built before)
+  uint64_t e8m0_zero_scales = 0;  // MXFP4 block scales of code 0x00 (quant/scale_codes.h): loaded, and warned of
+  double seconds = 0;             // reading and delivering (the plan is built before)
 };
 
 // Executes a plan built from the same checkpoint and schema (load_into = LoadPlan::build + this).

@@ -1,0 +1,30 @@
+// Scale values a quantized checkpoint must not hold. A block scale that decodes to NaN or infinity makes its
+// whole group or block (32 MXFP4 weights, 16 NVFP4, 128 x 128 FP8) NaN or infinite, and the model's output
+// with them, without any error; the loader counts them on the bytes as they pass (spec
+// checkpoints-and-loading §5.2: "a load-time anomaly worth counting").
+#pragma once
+
+#include <cstdint>
+
+#include "kimirt/quant/weight_format.h"
+#include "kimirt/tensor/dtype.h"
+
+namespace kimirt::quant {
+
+// How a component's values are scales: kNone for data and per-tensor scalars (checked where they are read).
+enum class ScaleCode : uint8_t { kNone, kE8M0, kE4M3, kFloat };
+
+// The encoding of component `c` of a `format` weight stored as `dtype` (component_accepts holds).
+ScaleCode block_scale_code(WeightFormat format, const Component& c, DType dtype);
+
+struct ScaleCodeCount {
+  uint64_t invalid = 0;        // NaN or infinite: E8M0 0xFF, E4M3 0x7F / 0xFF, a non-finite float
+  uint64_t first_invalid = 0;  // the index of the first, among the values counted (valid when invalid > 0)
+  // E8M0 0x00: 2^-127 for some readers, zero for others (the two disagree; real K3 checkpoints have none).
+  uint64_t e8m0_zero = 0;
+};
+
+// Counts the `count` scale values at `data` (stored as `dtype`, encoded as `code`).
+ScaleCodeCount count_scale_codes(ScaleCode code, DType dtype, const uint8_t* data, uint64_t count);
+
+}  // namespace kimirt::quant

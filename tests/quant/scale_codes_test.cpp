@@ -1,0 +1,71 @@
+#include "kimirt/quant/scale_codes.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kimirt/tensor/float_convert.h"
+
+namespace kimirt::quant {
+namespace {
+
+const Component& component(WeightFormat f, std::string_view suffix) {
+  return format_components(f)[static_cast<size_t>(component_index(f, suffix))];
+}
+
+TEST(ScaleCodes, EachFormatsBlockScaleAndNothingElse) {
+  EXPECT_EQ(block_scale_code(WeightFormat::kMxfp4, component(WeightFormat::kMxfp4, "weight_scale"), DType::kU8),
+            ScaleCode::kE8M0);
+  EXPECT_EQ(block_scale_code(WeightFormat::kMxfp4, component(WeightFormat::kMxfp4, "weight_scale"), DType::kF8E8M0),
+            ScaleCode::kE8M0);
+  EXPECT_EQ(block_scale_code(WeightFormat::kMxfp4, component(WeightFormat::kMxfp4, "weight_packed"), DType::kU8),
+            ScaleCode::kNone);
+  const WeightFormat nv = WeightFormat::kNvfp4ModelOpt;
+  EXPECT_EQ(block_scale_code(nv, component(nv, "weight_scale"), DType::kF8E4M3), ScaleCode::kE4M3);
+  EXPECT_EQ(block_scale_code(nv, component(nv, "weight_scale_2"), DType::kF32), ScaleCode::kNone);
+  const WeightFormat fp8 = WeightFormat::kFp8BlockScaleInv;
+  EXPECT_EQ(block_scale_code(fp8, component(fp8, "weight_scale_inv"), DType::kF32), ScaleCode::kFloat);
+  EXPECT_EQ(block_scale_code(fp8, component(fp8, "weight"), DType::kF8E4M3), ScaleCode::kNone);
+}
+
+TEST(ScaleCodes, E8m0NanIsInvalidAndZeroIsCounted) {
+  const std::vector<uint8_t> codes = {127, 0, 0xFE, 0xFF, 1, 0, 0xFF};
+  const ScaleCodeCount n = count_scale_codes(ScaleCode::kE8M0, DType::kU8, codes.data(), codes.size());
+  EXPECT_EQ(n.invalid, 2u);
+  EXPECT_EQ(n.first_invalid, 3u);
+  EXPECT_EQ(n.e8m0_zero, 2u);
+}
+
+TEST(ScaleCodes, E4m3NanOfEitherSignIsInvalid) {
+  // E4M3 (fn) has no infinity; 0x7E (448) and 0xFE (-448) are its largest numbers.
+  const std::vector<uint8_t> codes = {0x38, 0x7E, 0xFE, 0x00, 0xFF, 0x7F};
+  const ScaleCodeCount n = count_scale_codes(ScaleCode::kE4M3, DType::kF8E4M3, codes.data(), codes.size());
+  EXPECT_EQ(n.invalid, 2u);
+  EXPECT_EQ(n.first_invalid, 4u);
+  EXPECT_EQ(n.e8m0_zero, 0u);
+}
+
+TEST(ScaleCodes, FloatScalesNonFiniteAreInvalidInEveryWidth) {
+  // 600 values: past the 256-value chunks the float path converts in.
+  std::vector<float> v(600, 0.5f);
+  v[0] = 0.0f;  // a zero scale is a block of zeros, not an error
+  v[300] = std::numeric_limits<float>::infinity();
+  v[599] = std::nanf("");
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<uint8_t> bytes(v.size() * static_cast<size_t>(dtype_bits(d) / 8));
+    convert_from_f32(d, v.data(), bytes.data(), static_cast<int64_t>(v.size()));
+    const ScaleCodeCount n = count_scale_codes(ScaleCode::kFloat, d, bytes.data(), v.size());
+    EXPECT_EQ(n.invalid, 2u) << dtype_name(d);
+    EXPECT_EQ(n.first_invalid, 300u) << dtype_name(d);
+  }
+  const double big = 1e300;  // finite in F64, and counted as such (not through an overflowing f32)
+  std::vector<uint8_t> f64(sizeof big);
+  std::memcpy(f64.data(), &big, sizeof big);
+  EXPECT_EQ(count_scale_codes(ScaleCode::kFloat, DType::kF64, f64.data(), 1).invalid, 0u);
+}
+
+}  // namespace
+}  // namespace kimirt::quant
