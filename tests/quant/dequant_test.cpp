@@ -133,6 +133,14 @@ TEST(Dequant, RefusesMissingOrMisshapenParts) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("layers.1.experts.0.w1: weight_scale has shape [2, 3], expected [2, 2]"));
   }
+  // Two values per byte: an odd column count is refused (the rows were stepped by the wrong length and the
+  // last value written past the end).
+  Tensor scale(DType::kU8, {2, 2});
+  const TensorView odd[] = {packed.view(), scale.view()};
+  EXPECT_THAT(error_of([&] {
+                dequantize(WeightFormat::kMxfp4, odd, Shape{2, 63}, "l.w");
+              }),
+              HasSubstr("l.w: a packed FP4 weight needs 2 dims and an even column count, got [2, 63]"));
   const TensorView missing[] = {packed.view(), TensorView()};
   EXPECT_THROW(dequantize(WeightFormat::kMxfp4, missing, Shape{2, 64}, "w"), Error);
   Tensor zero = Tensor::from_f32(std::vector<float>{0.0f}, Shape{});

@@ -74,6 +74,10 @@ void dequantize_nvfp4(const uint8_t* packed, const uint8_t* scales, float global
 Tensor dequantize(WeightFormat format, std::span<const TensorView> parts, std::span<const int64_t> logical,
                   std::string_view name) {
   const auto comps = format_components(format);
+  // Two values per byte: an odd count would step the rows by the wrong length and write past the last one.
+  KIMIRT_CHECK(!is_packed_fp4_data(format) || (logical.size() == 2 && logical[1] % 2 == 0),
+               "{}: a packed FP4 weight needs 2 dims and an even column count, got {}", name,
+               shape_str(Shape(logical.begin(), logical.end())));
   KIMIRT_CHECK(parts.size() == comps.size(), "{}: {} parts given for a {} weight of {} components", name, parts.size(),
                format_name(format), comps.size());
   for (size_t i = 0; i < comps.size(); ++i) {

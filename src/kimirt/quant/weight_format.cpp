@@ -49,10 +49,6 @@ constexpr std::string_view kAllSuffixes[] = {"weight",           "weight_packed"
 
 bool is_plain_float(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16 || d == DType::kF64; }
 
-bool is_packed_fp4_data(WeightFormat f) {
-  return f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4ModelOpt || f == WeightFormat::kNvfp4CompressedTensors;
-}
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 const PresentTensor* find(std::span<const PresentTensor> present, std::string_view suffix) {
@@ -87,6 +83,10 @@ std::string_view format_name(WeightFormat format) {
 }
 
 bool is_quantized(WeightFormat format) { return format != WeightFormat::kFloat; }
+
+bool is_packed_fp4_data(WeightFormat f) {
+  return f == WeightFormat::kMxfp4 || f == WeightFormat::kNvfp4ModelOpt || f == WeightFormat::kNvfp4CompressedTensors;
+}
 
 std::string FormatSet::str() const {
   std::string out;

@@ -33,6 +33,7 @@ inline constexpr WeightFormat kAllWeightFormats[] = {
 
 std::string_view format_name(WeightFormat format);  // "float", "mxfp4", "fp8-block", ...
 bool is_quantized(WeightFormat format);
+bool is_packed_fp4_data(WeightFormat format);  // two E2M1 values per data byte (MXFP4, NVFP4)
 
 // A set of formats, e.g. what a parameter may be stored as.
 class FormatSet {
