@@ -167,7 +167,10 @@ TEST(CpuMla, PrefillOverCachedLatentPlusChunkEqualsOnePrefill) {
     const auto x = random_normal(T * H, 33);
     std::vector<float> full(static_cast<size_t>(T * H)), full_latent(static_cast<size_t>(T * lw));
     mla_forward(layer.dims, layer.weights(), x.data(), T, nullptr, 0, full.data(), full_latent.data());
-    for (const int64_t cut : {1, 5, 16}) {
+    // kAuto expands the 12 tokens after 5 and absorbs the 2 after 15 (checked below) and the 1 after 16.
+    EXPECT_FALSE(mla_prefers_absorbed(layer.dims, 5, T - 5));
+    EXPECT_TRUE(mla_prefers_absorbed(layer.dims, 15, T - 15));
+    for (const int64_t cut : {1, 5, 15, 16}) {
       std::vector<float> out(full.size()), latent(full_latent.size());
       mla_forward(layer.dims, layer.weights(), x.data(), cut, nullptr, 0, out.data(), latent.data());
       mla_forward(layer.dims, layer.weights(), x.data() + cut * H, T - cut, latent.data(), cut, out.data() + cut * H,
@@ -175,6 +178,28 @@ TEST(CpuMla, PrefillOverCachedLatentPlusChunkEqualsOnePrefill) {
       EXPECT_LE(rel_error(out, full), 2e-6) << name(k3) << " cut " << cut;
     }
   }
+}
+
+TEST(CpuMla, AutoPathAtK3Dims) {
+  // K3's MLA: 96 heads, kv_lora_rank 512, d_nope 128, d_rope 64, d_v 128. Expanding costs (ctx + tokens) x 128k
+  // multiply-adds per head, absorbing 768 more per (query, key) pair: a continuation is absorbed up to about
+  // 170 tokens, whatever the context (and at 32k context the expanded rows alone took 3.2 GB).
+  MlaDims d;
+  d.hidden = 7168;
+  d.num_heads = 96;
+  d.q_lora_rank = 1536;
+  d.kv_lora_rank = 512;
+  d.qk_nope_head_dim = 128;
+  d.qk_rope_head_dim = 64;
+  d.v_head_dim = 128;
+  EXPECT_TRUE(mla_prefers_absorbed(d, 0, 1));
+  EXPECT_FALSE(mla_prefers_absorbed(d, 0, 2));  // a first prefill
+  EXPECT_FALSE(mla_prefers_absorbed(d, 0, 4096));
+  EXPECT_TRUE(mla_prefers_absorbed(d, 32768, 2));
+  EXPECT_TRUE(mla_prefers_absorbed(d, 32768, 160));
+  EXPECT_FALSE(mla_prefers_absorbed(d, 32768, 200));
+  EXPECT_FALSE(mla_prefers_absorbed(d, 32768, 4096));
+  EXPECT_TRUE(mla_prefers_absorbed(d, 1 << 20, 100));
 }
 
 TEST(CpuMla, BadInputsNameTheProblem) {

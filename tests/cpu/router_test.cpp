@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -74,6 +76,36 @@ TEST(CpuRouter, TiesGoToTheLowestExpertId) {
   EXPECT_EQ(ids[0], 1);
   EXPECT_EQ(ids[1], 2);
   EXPECT_EQ(ids[2], 4);
+}
+
+TEST(CpuRouter, NanScoresRankBelowEveryNumber) {
+  // As the GPU router's order key: a NaN expert is never chosen while a number (even -inf) remains, and
+  // NaNs among themselves go by id. With `>` alone the sort's order was inconsistent (undefined).
+  const float nan = std::nanf("");
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int rot = 0; rot < 5; ++rot) {
+    std::vector<float> scores = {nan, 0.3f, nan, 0.7f, 0.1f};
+    std::vector<float> bias = {0.0f, 0.0f, 0.0f, 0.0f, -inf};
+    std::rotate(scores.begin(), scores.begin() + rot, scores.end());
+    std::rotate(bias.begin(), bias.begin() + rot, bias.end());
+    auto id_of = [&](int original) { return (original - rot + 5) % 5; };
+    int32_t ids[5];
+    float w[5];
+    auto cfg = config(5, 5);
+    cfg.renormalize = false;
+    select_experts(cfg, scores.data(), bias.data(), ids, w);
+    const int nan_first = std::min(id_of(0), id_of(2)), nan_second = std::max(id_of(0), id_of(2));
+    const std::vector<int32_t> want = {id_of(3), id_of(1), id_of(4), nan_first, nan_second};
+    EXPECT_EQ(std::vector<int32_t>(ids, ids + 5), want) << "rotation " << rot;
+  }
+}
+
+TEST(CpuRouter, SelectExpertsChecksItsConfig) {
+  const std::vector<float> scores = {0.2f, 0.6f, 0.1f, 0.4f};
+  int32_t ids[8];
+  float w[8];
+  EXPECT_THROW(select_experts(config(4, 8), scores.data(), nullptr, ids, w), Error);
+  EXPECT_THROW(select_experts(config(4, 1, 3), scores.data(), nullptr, ids, w), Error);
 }
 
 TEST(CpuRouter, GroupedTopKKeepsGroupsWithBestTwoScoreSum) {

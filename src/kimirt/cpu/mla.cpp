@@ -144,6 +144,19 @@ void validate(const MlaDims& d) {
   KIMIRT_CHECK(d.latent_norm_eps > 0.0f, "MLA: latent norm eps must be positive, got {}", d.latent_norm_eps);
 }
 
+bool mla_prefers_absorbed(const MlaDims& d, int64_t ctx, int64_t tokens) {
+  if (tokens <= 1) return true;
+  // Multiply-adds per head: scores and sums over every visible (query, key) pair, plus the expansion of the
+  // rows (expanded) or the absorption of the queries and outputs (absorbed).
+  const double r = static_cast<double>(d.kv_lora_rank), dn = static_cast<double>(d.qk_nope_head_dim);
+  const double dr = static_cast<double>(d.qk_rope_head_dim), dv = static_cast<double>(d.v_head_dim);
+  const double t = static_cast<double>(tokens), n = static_cast<double>(ctx) + t;
+  const double pairs = t * static_cast<double>(ctx) + t * (t + 1.0) / 2.0;
+  const double expanded = n * (dn + dv) * r + pairs * (dn + dr + dv);
+  const double absorbed = t * (dn + dv) * r + pairs * (2.0 * r + dr);
+  return absorbed < expanded;
+}
+
 void mla_forward(const MlaDims& d, const MlaWeights& w, const float* x, int64_t tokens, const float* cached,
                  int64_t ctx, float* out, float* new_latent, MlaPath path) {
   validate(d);
@@ -174,7 +187,7 @@ void mla_forward(const MlaDims& d, const MlaWeights& w, const float* x, int64_t 
 
   const auto latent = all_latent_rows(d, cached, ctx, new_latent, tokens);
   auto o = buffer(tokens * ow);
-  const bool absorbed = path == MlaPath::kAbsorbed || (path == MlaPath::kAuto && tokens == 1);
+  const bool absorbed = path == MlaPath::kAbsorbed || (path == MlaPath::kAuto && mla_prefers_absorbed(d, ctx, tokens));
   if (absorbed) {
     attend_absorbed(d, w, q.data(), latent.data(), ctx, tokens, o.data());
   } else {

@@ -39,10 +39,17 @@ struct MlaWeights {
 };
 
 enum class MlaPath {
-  kAuto,      // absorbed for a single token (decode), expanded otherwise
+  kAuto,      // mla_prefers_absorbed's choice
   kExpanded,  // prefill: kv_b expands every latent row to per-head k_nope | v
   kAbsorbed,  // decode: q̂ = W_UKᵀ q_nope, scores on the latent, o = W_UV · Σ p c_kv
 };
+
+// Whether MlaPath::kAuto takes the absorbed form for `tokens` new tokens after `ctx` cached ones: always for
+// one token (decode), otherwise when it does fewer multiply-adds. The expanded form pays for expanding every
+// cached row through kv_b (and holds all of them, [ctx + tokens, heads, d_nope + d_v] floats), the absorbed
+// one for scoring and summing on the wider latent: a short continuation of a long context (a chat turn, a
+// chunk of a prefill) is absorbed, a first prefill expanded.
+bool mla_prefers_absorbed(const MlaDims& dims, int64_t ctx, int64_t tokens);
 
 // out[tokens, H] = MLA(x[tokens, H]) for the normed layer input x of one sequence whose earlier `ctx`
 // positions are in `cached` [ctx, latent_width] (may be null when ctx == 0). Token i sits at position

@@ -17,12 +17,17 @@ bool grouping_applies(const RouterConfig& cfg) {
   return cfg.num_expert_group > 1 && cfg.num_expert_group > cfg.topk_group;
 }
 
-// Indices of the `k` largest values, largest first; ties go to the lower index.
+// Indices of the `k` largest values, largest first; ties go to the lower index. NaN ranks below every number
+// (as the GPU router's order_key puts it): a plain `>` would make the order inconsistent, which is undefined
+// for the sort and would pick or drop a NaN expert at random.
 std::vector<int32_t> top_indices(std::span<const float> values, int64_t k) {
   std::vector<int32_t> order(values.size());
   std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [&](int32_t a, int32_t b) { return values[a] > values[b] || (values[a] == values[b] && a < b); });
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    const bool nan_a = std::isnan(values[a]), nan_b = std::isnan(values[b]);
+    if (nan_a || nan_b) return nan_a == nan_b ? a < b : nan_b;
+    return values[a] > values[b] || (values[a] == values[b] && a < b);
+  });
   order.resize(static_cast<size_t>(k));
   return order;
 }
@@ -53,6 +58,7 @@ void validate(const RouterConfig& cfg) {
 
 void select_experts(const RouterConfig& cfg, const float* scores, const float* correction_bias, int32_t* expert_ids,
                     float* weights) {
+  validate(cfg);  // public: a top_k past num_experts would sort past the end
   const auto n = static_cast<size_t>(cfg.num_experts);
   std::vector<float> biased(n);
   for (size_t e = 0; e < n; ++e) biased[e] = scores[e] + (correction_bias ? correction_bias[e] : 0.0f);
