@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/error_of.h"
 #include "common/limited_child.h"
 #include "kimirt/base/error.h"
 #include "kimirt/comm/mpi_comm.h"
@@ -21,6 +22,7 @@
 namespace kimirt::runtime {
 namespace {
 
+using test::error_of;
 using ::testing::HasSubstr;
 
 TEST(RankGroup, RunsOneThreadPerRankWithItsOwnRank) {
@@ -115,10 +117,24 @@ class FakeMpiLaunch {
   }
 };
 
+TEST(RankGroup, OneMpiProcessWithoutMpiRunsItsRanksItself) {
+  if (launched_under_mpi()) GTEST_SKIP() << "this test program runs under an MPI launcher";
+  if (mpi_built()) GTEST_SKIP() << "built with MPI: a launched process is one rank";
+  FakeMpiLaunch launch(1, 0);
+  const RankLaunch l = plan_launch(Device::kCpu, 2);
+  EXPECT_EQ(l.world_size, 2);
+  EXPECT_FALSE(l.per_process);
+}
+
 TEST(RankGroup, UnderMpirunEachProcessIsOneRankAndTpMustAgree) {
   if (launched_under_mpi()) GTEST_SKIP() << "this test program runs under an MPI launcher";
   FakeMpiLaunch launch(2, 1);
-  if (!launched_under_mpi()) GTEST_SKIP() << "built without MPI";
+  ASSERT_TRUE(launched_under_mpi());  // the environment says so, whatever the build
+  if (!mpi_built()) {
+    // The two processes could not meet: refused, where each used to run a whole group by itself.
+    EXPECT_THAT(error_of([] { plan_launch(Device::kCpu, 0); }), HasSubstr("built without MPI"));
+    return;
+  }
   const RankLaunch l = plan_launch(Device::kCpu, 0);
   EXPECT_EQ(l.world_size, 2);
   EXPECT_TRUE(l.per_process);

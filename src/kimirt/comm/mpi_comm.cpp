@@ -13,8 +13,12 @@
 namespace kimirt {
 
 bool launched_under_mpi() {
-#ifdef KIMIRT_HAVE_MPI
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+}
+
+bool mpi_built() {
+#ifdef KIMIRT_HAVE_MPI
+  return true;
 #else
   return false;
 #endif
@@ -31,15 +35,24 @@ namespace {
 
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kF64: return MPI_DOUBLE;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kI64: return MPI_INT64_T;
-    case DType::kU8: return MPI_UINT8_T;
-    case DType::kI8: return MPI_INT8_T;
-    case DType::kU32: return MPI_UINT32_T;
-    case DType::kU64: return MPI_UINT64_T;
-    default: fail("MPI: no data type for {}", dtype_name(dtype));
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kF64:
+      return MPI_DOUBLE;
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kI64:
+      return MPI_INT64_T;
+    case DType::kU8:
+      return MPI_UINT8_T;
+    case DType::kI8:
+      return MPI_INT8_T;
+    case DType::kU32:
+      return MPI_UINT32_T;
+    case DType::kU64:
+      return MPI_UINT64_T;
+    default:
+      fail("MPI: no data type for {}", dtype_name(dtype));
   }
 }
 
@@ -72,16 +85,21 @@ std::unique_ptr<MpiComm> MpiComm::world() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
-    check(MPI_Init(nullptr, nullptr), "MPI_Init");
+    // Funneled: the process runs a thread pool, and only the thread that initialized MPI calls it.
+    int provided = MPI_THREAD_SINGLE;
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     // Finalize at exit so that mpirun sees a clean shutdown.
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);
       if (!finalized) MPI_Finalize();
     });
+    KIMIRT_CHECK(provided >= MPI_THREAD_FUNNELED,
+                 "MPI: this MPI library gives a multi-threaded process no thread support (level {}; funneled is {})",
+                 provided, static_cast<int>(MPI_THREAD_FUNNELED));
   }
   // Errors come back as codes, which become kimirt::Error, instead of aborting every rank.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   return std::unique_ptr<MpiComm>(new MpiComm(std::make_unique<Impl>()));
 }
 
@@ -98,8 +116,7 @@ void MpiComm::all_gather(const void* send, void* recv, size_t count, DType dtype
 }
 
 void MpiComm::reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype, void*) {
-  check(MPI_Reduce_scatter_block(send, recv, as_int(count, "reduce_scatter"), mpi_type(dtype), MPI_SUM,
-                                 impl_->comm),
+  check(MPI_Reduce_scatter_block(send, recv, as_int(count, "reduce_scatter"), mpi_type(dtype), MPI_SUM, impl_->comm),
         "MPI_Reduce_scatter_block");
 }
 
@@ -136,6 +153,8 @@ void MpiComm::abort(int exit_code) {
 }
 
 std::unique_ptr<Comm> MpiComm::split(int color, int key) {
+  // MPI_UNDEFINED (negative) would leave this rank without a communicator; LocalComm takes none either.
+  KIMIRT_CHECK(color >= 0, "MPI: split color {} must not be negative", color);
   auto impl = std::make_unique<Impl>();
   check(MPI_Comm_split(impl_->comm, color, key, &impl->comm), "MPI_Comm_split");
   impl->owned = true;

@@ -9,8 +9,12 @@
 
 namespace kimirt {
 
-// True when this build has MPI and the process was started by an MPI launcher.
+// True when the process was started by an MPI launcher (Open MPI's mpirun, or a PMI launcher such as MPICH's
+// mpiexec), whether or not this build has MPI: a build without it must refuse such a launch rather than run
+// every process as a whole group of its own.
 bool launched_under_mpi();
+// True when this build has MPI (MpiComm works).
+bool mpi_built();
 
 class MpiComm final : public Comm {
  public:

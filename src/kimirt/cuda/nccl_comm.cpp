@@ -12,14 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "kimirt/cuda/device.h"
-
-#ifdef KIMIRT_HAVE_MPI
-#include <mpi.h>
-#endif
-
 #include "kimirt/base/error.h"
+#include "kimirt/comm/mpi_comm.h"
 #include "kimirt/cuda/check.h"
+#include "kimirt/cuda/device.h"
 
 namespace kimirt::cuda {
 namespace {
@@ -167,16 +163,12 @@ std::unique_ptr<NcclComm> NcclComm::from_id_file(const std::filesystem::path& id
 
 std::unique_ptr<NcclComm> NcclComm::from_mpi(int device) {
 #ifdef KIMIRT_HAVE_MPI
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) MPI_Init(nullptr, nullptr);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // MpiComm initializes MPI as the CPU ranks do (thread level, finalize at exit, errors as codes).
+  const auto world = MpiComm::world();
   NcclId id{};
-  if (rank == 0) id = nccl_new_id();
-  MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, MPI_COMM_WORLD);
-  return create(id, size, rank, device);
+  if (world->rank() == 0) id = nccl_new_id();
+  world->broadcast(id.data(), id.size(), DType::kU8, 0);
+  return create(id, world->size(), world->rank(), device);
 #else
   (void)device;
   fail(

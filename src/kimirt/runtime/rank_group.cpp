@@ -89,15 +89,23 @@ RankLaunch plan_launch(Device device, int tp) {
     const int world = env_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
     const int rank = env_number({"OMPI_COMM_WORLD_RANK", "PMI_RANK"});
     KIMIRT_CHECK(world >= 1 && rank >= 0 && rank < world, "mpirun: this process is rank {} of {}", rank, world);
-    KIMIRT_CHECK(tp == 0 || tp == world,
-                 "--tp {}: under mpirun every process is one rank, and mpirun started {} (use -np {} or --tp {})", tp,
-                 world, tp, world);
-    launch.world_size = world;
-    launch.per_process = true;
-    launch.process_rank = rank;
-  } else {
-    launch.world_size = tp == 0 ? 1 : tp;
+    // Without MPI the processes could not meet: each would run the whole group by itself (N times the memory,
+    // N times the output). One process may still run its ranks inside itself.
+    KIMIRT_CHECK(world == 1 || mpi_built(),
+                 "mpirun started {} processes, but this kimirt was built without MPI, so they cannot form one group "
+                 "(install libopenmpi-dev and rebuild, or run one process with --tp {} over this machine's devices)",
+                 world, world);
+    if (mpi_built()) {
+      KIMIRT_CHECK(tp == 0 || tp == world,
+                   "--tp {}: under mpirun every process is one rank, and mpirun started {} (use -np {} or --tp {})", tp,
+                   world, tp, world);
+      launch.world_size = world;
+      launch.per_process = true;
+      launch.process_rank = rank;
+      return launch;
+    }
   }
+  launch.world_size = tp == 0 ? 1 : tp;
   return launch;
 }
 
@@ -171,6 +179,11 @@ void run_ranks(const RankLaunch& launch, const std::function<void(Comm& comm)>& 
       fail("--device {}: this kimirt was built without CUDA", device_name(launch.device));
 #endif
     }
+    // The launcher's environment and MPI's own count must agree, or the model would be sharded for a group
+    // that is not the one the collectives run over.
+    KIMIRT_CHECK(comm->size() == launch.world_size && comm->rank() == launch.process_rank,
+                 "MPI: the launcher said rank {} of {}, the communicator is rank {} of {}", launch.process_rank,
+                 launch.world_size, comm->rank(), comm->size());
     fn(*comm);
   };
   if (launch.world_size == 1) {
