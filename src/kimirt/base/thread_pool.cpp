@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/start_threads.h"
@@ -63,21 +64,33 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   auto shared = std::make_shared<Shared>();
   shared->remaining = chunks - 1;
   auto range = [n, chunks](int64_t i) { return std::pair<int64_t, int64_t>{n * i / chunks, n * (i + 1) / chunks}; };
+  // The jobs hold `fn` by reference: none may be left queued if this call unwinds. So they are built first,
+  // and queued all or none (an allocation failing half-way takes back those already queued, which no worker
+  // can have taken while the lock is held).
+  std::vector<std::function<void()>> mine;
+  mine.reserve(static_cast<size_t>(chunks - 1));
+  for (int64_t i = 1; i < chunks; ++i) {
+    mine.emplace_back([shared, &fn, r = range(i)] {
+      try {
+        fn(r.first, r.second);
+      } catch (...) {
+        std::lock_guard<std::mutex> l(shared->mutex);
+        if (!shared->error) shared->error = std::current_exception();
+      }
+      if (shared->remaining.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> l(shared->mutex);
+        shared->done.notify_all();
+      }
+    });
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (int64_t i = 1; i < chunks; ++i) {
-      jobs_.emplace_back([shared, &fn, r = range(i)] {
-        try {
-          fn(r.first, r.second);
-        } catch (...) {
-          std::lock_guard<std::mutex> l(shared->mutex);
-          if (!shared->error) shared->error = std::current_exception();
-        }
-        if (shared->remaining.fetch_sub(1) == 1) {
-          std::lock_guard<std::mutex> l(shared->mutex);
-          shared->done.notify_all();
-        }
-      });
+    const size_t before = jobs_.size();
+    try {
+      for (auto& job : mine) jobs_.push_back(std::move(job));
+    } catch (...) {
+      jobs_.resize(before);
+      throw;
     }
   }
   wake_.notify_all();
