@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <tuple>
@@ -99,6 +100,34 @@ TEST(RmsNormGated, BothInputTypes) {
       }
       EXPECT_LE(test::rel_err(dl_bf16(out, rows * width), ref), 4e-3) << "head_dim " << hd << " f32 in " << in_f32;
     }
+  }
+}
+
+TEST(RmsNormGated, NanGateGivesNanAsOnTheCpu) {
+  // The sigmoid's clamp of very negative gates must not swallow a NaN gate (fmaxf(NaN, -80) is -80, which
+  // made the output 0 where the CPU gives NaN); -inf and -1e4 still give 0.
+  KIMIRT_REQUIRE_GPU();
+  const int64_t hd = 128, heads = 2, width = heads * hd;
+  std::vector<float> x = test::random_vec(width, 17, -3, 3), g = test::random_vec(width, 18, -4, 4),
+                     w = test::random_vec(hd, 19, 0.5, 1.5);
+  g[5] = std::nanf("");
+  g[7] = -1e4f;
+  g[hd + 9] = -INFINITY;
+  DeviceBuffer dx = upload(x), dg = upload(test::to_bf16(g)), dw = upload(w);
+  DeviceBuffer out = test::poisoned(width * 2);
+  rms_norm_gated(nullptr, dx.as<float>(), width, dg.as<__nv_bfloat16>(), width, dw.as<float>(), out.as<__nv_bfloat16>(),
+                 width, 1, heads, hd, 1e-5f);
+  std::vector<float> ref(width);
+  const std::vector<float> gb = test::from_bf16(test::to_bf16(g));  // the gate the GPU reads
+  cpu::rms_norm_gated(x.data(), gb.data(), w.data(), ref.data(), 1, heads, hd, 1e-5f);
+  const std::vector<float> got = dl_bf16(out, width);
+  ASSERT_TRUE(std::isnan(ref[5]));
+  EXPECT_TRUE(std::isnan(got[5])) << got[5];
+  EXPECT_LT(std::abs(got[7]), 1e-30f);
+  EXPECT_LT(std::abs(got[hd + 9]), 1e-30f);
+  for (int64_t i = 0; i < width; ++i) {
+    if (i == 5) continue;
+    EXPECT_NEAR(got[i], ref[i], 4e-3 * std::abs(ref[i]) + 1e-6) << i;
   }
 }
 

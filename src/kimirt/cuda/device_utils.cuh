@@ -93,8 +93,11 @@ __device__ __forceinline__ float sigmoid(float x) {
 }
 
 // σ(x) with the fast exp and reciprocal (~1e-6 relative): for the bandwidth-bound elementwise kernels,
-// whose bf16 outputs round far coarser. The argument is clamped so the reciprocal never sees infinity.
-__device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.0f, 1.0f + __expf(-fmaxf(x, -80.0f))); }
+// whose bf16 outputs round far coarser. The argument is clamped so the reciprocal never sees infinity, by a
+// comparison that lets NaN through (fmaxf would turn NaN into -80, hiding an upstream NaN as σ ≈ 0).
+__device__ __forceinline__ float sigmoid_fast(float x) {
+  return __fdividef(1.0f, 1.0f + __expf(-(x < -80.0f ? -80.0f : x)));
+}
 
 // tanh on the special-function unit (one instruction; relative error about 2^-11).
 __device__ __forceinline__ float tanh_fast(float x) {

@@ -152,7 +152,8 @@ void mla_kv_norm_append(cudaStream_t stream, const __nv_bfloat16* kv_a, int64_t 
   KIMIRT_CUDA_REQUIRE(detail::aligned16(kv_a) && detail::aligned16(w) && detail::aligned16(cache),
                       "mla_kv_norm_append: kv_a, w and cache must be 16-byte aligned");
   const int threads = 256;
-  const int64_t blocks = (tokens * 32 + threads - 1) / threads;
+  const int64_t blocks = (tokens * 32 + threads - 1) / threads;  // a warp per token
+  KIMIRT_CUDA_REQUIRE(blocks < (1ll << 31), "mla_kv_norm_append: ", tokens, " tokens are too many");
   kv_norm_append_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(kv_a, ld_kv_a, w, eps, slots, tokens,
                                                                                cache, latent_out, ld_latent);
   KIMIRT_CUDA_CHECK_LAUNCH();
@@ -194,6 +195,8 @@ void sigmoid_gate_mul(cudaStream_t stream, __nv_bfloat16* x, int64_t ldx, const 
                       "sigmoid_gate_mul: x and gate must be non-null and 16-byte aligned");
   const int64_t total = rows * (width / 8);
   const int threads = 256;
+  KIMIRT_CUDA_REQUIRE((total + threads - 1) / threads < (1ll << 31), "sigmoid_gate_mul: ", rows, " x ", width,
+                      " is too large");
   gate_mul_kernel<<<static_cast<unsigned>((total + threads - 1) / threads), threads, 0, stream>>>(x, ldx, gate, ld_gate,
                                                                                                   rows, width);
   KIMIRT_CUDA_CHECK_LAUNCH();

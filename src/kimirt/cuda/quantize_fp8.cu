@@ -104,6 +104,8 @@ void quantize_fp8_weight(cudaStream_t stream, const __nv_bfloat16* w, int64_t n,
   KIMIRT_CUDA_REQUIRE(w && wq && scales, "quantize_fp8_weight: null pointer");
   KIMIRT_CUDA_REQUIRE(detail::aligned16(w) && (reinterpret_cast<uintptr_t>(wq) & 7u) == 0,
                       "quantize_fp8_weight: w must be 16-byte and wq 8-byte aligned");
+  KIMIRT_CUDA_REQUIRE((n + 127) / 128 <= 65535 && k / 128 < (1ll << 31), "quantize_fp8_weight: n ", n, " x k ", k,
+                      " has too many 128 x 128 blocks for the grid (n up to 65535 x 128)");
   const dim3 grid(static_cast<unsigned>(k / 128), static_cast<unsigned>((n + 127) / 128));
   quantize_weight_kernel<<<grid, 256, 0, stream>>>(w, n, k, wq, scales, fp8_w_scale_cols(k));
   KIMIRT_CUDA_CHECK_LAUNCH();

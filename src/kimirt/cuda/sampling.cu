@@ -597,8 +597,10 @@ void init_sampling_workspace(void* workspace, uint64_t bytes, cudaStream_t strea
 void sample(cudaStream_t stream, const float* logits, int64_t ld, int64_t rows, int64_t vocab, int64_t vocab_offset,
             const SamplingParams* params, int32_t* out_ids, float* out_scores, void* workspace,
             uint64_t workspace_bytes) {
-  KIMIRT_CUDA_REQUIRE(rows >= 0 && rows <= 65535 && vocab > 0 && vocab < (1ll << 31) && ld >= vocab, "sample: rows ",
-                      rows, " (at most 65535), vocab ", vocab, ", row stride ", ld);
+  // The kernel walks a row with int indices that run a few thousand past the end: vocab up to 2^30 (a 4 GiB
+  // row) keeps them far from overflow.
+  KIMIRT_CUDA_REQUIRE(rows >= 0 && rows <= 65535 && vocab > 0 && vocab <= (1ll << 30) && ld >= vocab, "sample: rows ",
+                      rows, " (at most 65535), vocab ", vocab, " (1 to 2^30), row stride ", ld);
   // Ids leave as int32 (and the noise counter takes the id as 32 bits): every offset id must fit.
   KIMIRT_CUDA_REQUIRE(vocab_offset >= 0 && vocab_offset <= (1ll << 31) - vocab, "sample: vocab_offset ", vocab_offset,
                       " with vocab ", vocab, " puts ids outside [0, 2^31)");
@@ -625,6 +627,7 @@ void join_candidates(cudaStream_t stream, const float* scores, const int32_t* id
                       ", stride ", stride);
   if (rows == 0) return;
   KIMIRT_CUDA_REQUIRE(scores && ids && out_scores && out_ids, "join_candidates: null pointer");
+  KIMIRT_CUDA_REQUIRE(rows < (1ll << 31) * 128, "join_candidates: ", rows, " rows are too many");
   join_candidates_kernel<<<static_cast<unsigned>((rows + 127) / 128), 128, 0, stream>>>(scores, ids, ranks, stride,
                                                                                         rows, out_scores, out_ids);
   KIMIRT_CUDA_CHECK_LAUNCH();
