@@ -19,7 +19,7 @@ namespace kimirt::bench::cuda {
 
 using kimirt::cuda::Event;
 
-double Result::roofline_ratio(double peak_tflops) const {
+double Result::roofline_ratio() const {
   if (time_us <= 0) return 0.0;
   const double t_mem = bytes / (kCopyTBps * 1e12) * 1e6;
   const double t_flop = flops / (peak_tflops * 1e12) * 1e6;
@@ -145,6 +145,7 @@ int run_main(int argc, char** argv) {
                                 {"GBps", r.gbps()},
                                 {"TFLOPs", r.tflops()},
                                 {"roofline_ratio", r.roofline_ratio()},
+                                {"peak_TFLOPs", r.peak_tflops},
                                 {"note", r.note}});
       }
       std::ofstream(json_path) << j.dump(1) << "\n";

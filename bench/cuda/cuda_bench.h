@@ -24,10 +24,11 @@ struct Result {
   double bytes = 0.0;  // moved (read + written)
   double flops = 0.0;
   std::string note;
+  double peak_tflops = kBf16Tflops;  // the tensor ceiling of the math done (kFp8Tflops for FP8 GEMMs)
   double gbps() const { return time_us > 0 ? bytes / time_us * 1e-3 : 0.0; }
   double tflops() const { return time_us > 0 ? flops / time_us * 1e-6 : 0.0; }
   // Fraction of the roofline: max(bytes / copy bandwidth, flops / tensor peak) / time.
-  double roofline_ratio(double peak_tflops = kBf16Tflops) const;
+  double roofline_ratio() const;
 };
 
 struct Context {

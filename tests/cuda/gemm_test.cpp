@@ -39,7 +39,12 @@ struct Problem {
     const int64_t total = m * n;
     const int64_t samples = std::min<int64_t>(total, max_samples);
     for (int64_t s = 0; s < samples; ++s) {
-      const int64_t idx = total <= max_samples ? s : static_cast<int64_t>(rng() % total);
+      int64_t idx = total <= max_samples ? s : static_cast<int64_t>(rng() % total);
+      // Sampled: the last row, the last column and the last output always among them (tails of tiles).
+      if (total > max_samples && s < 3) {
+        const int64_t i = s == 1 ? idx / n : m - 1, j = s == 0 ? idx % n : n - 1;
+        idx = i * n + j;
+      }
       const int64_t i = idx / n, j = idx % n;
       double acc = 0.0;
       for (int64_t kk = 0; kk < k; ++kk) acc += static_cast<double>(x[i * k + kk]) * w[j * k + kk];
@@ -48,13 +53,25 @@ struct Problem {
     }
     return {got, ref};
   }
+  // Outputs left unwritten (still the NaN poison) or not finite, over the whole [m, n]: a sample can miss them.
+  int64_t non_finite(const std::vector<float>& y, int64_t ldy) const {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) bad += !std::isfinite(y[i * ldy + j]);
+    return bad;
+  }
   double error(const std::vector<float>& y, int64_t ldy, int64_t max_samples = 512) const {
+    if (const int64_t bad = non_finite(y, ldy)) {
+      ADD_FAILURE() << bad << " of the " << m * n << " outputs are not finite (unwritten?)";
+      return INFINITY;
+    }
     const auto [got, ref] = sampled(y, ldy, max_samples);
     return test::rel_err(got, ref);
   }
   // Outputs off by more than one bf16 rounding step (2^-8 relative) plus 1e-3 of the outputs' rms (the fp32
   // summation of near-cancelling sums): a misplaced or missing output counts however few there are.
   int64_t bad_outputs(const std::vector<float>& y, int64_t ldy, int64_t max_samples) const {
+    if (const int64_t bad = non_finite(y, ldy)) return bad;
     const auto [got, ref] = sampled(y, ldy, max_samples);
     double ss = 0.0;
     for (float r : ref) ss += static_cast<double>(r) * r;
@@ -526,16 +543,7 @@ TEST(Gemm, Fp8BlockScaleAgainstDequantizedReference) {
     const Problem& p = f.p;
     const int64_t mp = f.mp;
     // The quantizers match a host quantizer exactly.
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t g = 0; g < k / 128; ++g) {
-        float amax = 0;
-        for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(p.x[i * k + g * 128 + j]));
-        const float s = amax > 0 ? amax / 448.0f : 1.0f;
-        ASSERT_EQ(f.xs_h[g * mp + i], s) << "act scale row " << i << " group " << g;
-        for (int j = 0; j < 128; ++j)
-          ASSERT_EQ(f.xq_h[i * k + g * 128 + j], f32_to_e4m3(p.x[i * k + g * 128 + j] / s, Overflow::kSaturate))
-              << "act code " << i << "," << g * 128 + j;
-      }
+    ASSERT_EQ(test::act_quant_mismatch(p.x, m, k, mp, f.xq_h, f.xs_h), "") << "activations";
     // And the weight quantizer: a scale per 128 x 128 block (they differ, see Fp8Problem), codes w / scale.
     const int64_t sc = fp8_w_scale_cols(k);
     for (int64_t bi = 0; bi < (n + 127) / 128; ++bi)
@@ -579,16 +587,7 @@ TEST(Gemm, Fp8ActQuantizerTinyGroups) {
   quantize_fp8_act(nullptr, dx.as<__nv_bfloat16>(), k, m, k, xq.as<uint8_t>(), xs.as<float>());
   const auto q = download<uint8_t>(xq.data(), mp * k);
   const auto sc = download<float>(xs.data(), fp8_x_scale_count(m, k));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t g = 0; g < k / 128; ++g) {
-      float amax = 0;
-      for (int j = 0; j < 128; ++j) amax = std::max(amax, std::fabs(x[i * k + g * 128 + j]));
-      const float s = amax > 0 ? amax / 448.0f : 1.0f;
-      ASSERT_EQ(sc[g * mp + i], s) << "scale of row " << i << " group " << g;
-      for (int j = 0; j < 128; ++j)
-        ASSERT_EQ(q[i * k + g * 128 + j], f32_to_e4m3(x[i * k + g * 128 + j] / s, Overflow::kSaturate))
-            << "code of row " << i << " column " << g * 128 + j;
-    }
+  EXPECT_EQ(test::act_quant_mismatch(x, m, k, mp, q, sc), "");
 }
 
 // Our kernel (fp8_block_gemm.h) on the same operands, alone and in clusters of two (activation tiles

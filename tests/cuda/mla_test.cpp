@@ -334,11 +334,25 @@ TEST(MlaDecode, LongContextManySplits) {
   const int page = 64, len = 9000, pages = (len + page - 1) / page;
   std::vector<int32_t> table(pages);
   for (int i = 0; i < pages; ++i) table[i] = (i * 37) % pages;  // a permutation (37 is prime to 141)
-  std::vector<float> cache = test::random_vec(size_t(pages) * page * 576, 15, -2, 2);
-  DeviceBuffer dc = upload(test::to_bf16(cache)), dt = upload(table), dl = upload(std::vector<int32_t>{len});
+  const std::vector<float> noise = test::random_vec(size_t(pages) * page * 576, 15, -2, 2);
+  DeviceBuffer dt = upload(table), dl = upload(std::vector<int32_t>{len});
+  // Needles: rows equal to 5 q_h of one head h each, so that each holds several % of its head's attention (a
+  // random row holds about 1/9000): a row dropped or read twice at a tile, chunk, split or page edge, or at
+  // either end, moves the output far past the bound, where among flat scores it would not.
+  std::vector<int> needles = {0, 1, len - 2, len - 1};
+  for (int edge : {32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096, 4500, 6144, 8192})
+    needles.insert(needles.end(), {edge - 1, edge});
+  for (int p = 97; p < len; p += 211) needles.push_back(p);
   for (int heads : {96, 12}) {
     std::vector<float> q = test::random_vec(heads * 576, 16 + heads, -0.3f, 0.3f);
     DeviceBuffer dq = upload(test::to_bf16(q));
+    std::vector<float> cache = noise;
+    for (size_t i = 0; i < needles.size(); ++i) {
+      const int pos = needles[i], h = static_cast<int>(i % heads);
+      float* row = &cache[(size_t(table[pos / page]) * page + pos % page) * 576];
+      for (int d = 0; d < 576; ++d) row[d] = 5.0f * q[h * 576 + d];
+    }
+    DeviceBuffer dc = upload(test::to_bf16(cache));
     const std::vector<float> ref = test::mla_decode_reference(q, cache, table, pages, {len}, heads, page);
     for (MlaDecodeKernel kernel : kKernels) {
       const MlaDecodePlan plan = plan_mla_decode(1, heads, len, 132, kernel);

@@ -8,9 +8,13 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "kimirt/base/error.h"
+#include "kimirt/cpu/lm_head.h"
 #include "kimirt/cuda/gemm_dispatch.h"
 #include "kimirt/cuda/gemm_lt.h"
 #include "kimirt/cuda/lm_head.h"
@@ -263,6 +267,72 @@ TEST(Sampling, FrequenciesFollowTheSoftmax) {
   }
 }
 
+// Temperature and the filters change the distribution as sampling.h says: the kept set {z >= tau} (tau the
+// largest of the top-k, top-p and min-p thresholds of z = logits / T), drawn from the softmax of z renormalized
+// over it. Distinct logits, so no tie sits at a cut; every kept token within 5 sigma, no other token ever.
+TEST(Sampling, FrequenciesFollowTheFilteredSoftmax) {
+  KIMIRT_REQUIRE_GPU();
+  const std::vector<float> l = {0.0f, 1.0f, 2.0f, -1.0f, 0.5f, 1.5f, -2.0f, 0.2f};
+  const int64_t vocab = static_cast<int64_t>(l.size());
+  struct Case {
+    float t;
+    int32_t k;
+    float p, min_p;
+  };
+  const Case cases[] = {{0.5f, 0, 1.0f, 0.0f}, {2.0f, 0, 1.0f, 0.0f},  {1.0f, 3, 1.0f, 0.0f}, {1.0f, 0, 0.7f, 0.0f},
+                        {0.7f, 0, 1.0f, 0.2f}, {1.3f, 5, 0.9f, 0.05f}, {2.0f, 6, 0.8f, 0.0f}};
+  const int n = 40000;
+  for (const Case& c : cases) {
+    // The expected distribution, in double.
+    std::vector<double> z(l.begin(), l.end());
+    for (double& v : z) v /= c.t;
+    std::vector<double> sorted = z;
+    std::sort(sorted.rbegin(), sorted.rend());
+    double tau = -INFINITY;
+    if (c.k > 0 && c.k < vocab) tau = sorted[static_cast<size_t>(c.k - 1)];
+    if (c.p < 1.0f) {
+      double mass = 0, seen = 0;
+      for (double v : sorted)
+        if (v >= tau) mass += std::exp(v - sorted[0]);
+      for (double v : sorted) {
+        if (v < tau) break;
+        seen += std::exp(v - sorted[0]);
+        if (seen >= c.p * mass) {
+          tau = std::max(tau, v);
+          break;
+        }
+      }
+    }
+    if (c.min_p > 0.0f) tau = std::max(tau, sorted[0] + std::log(static_cast<double>(c.min_p)));
+    std::vector<double> want(vocab, 0.0);
+    double den = 0;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (z[i] >= tau) den += want[i] = std::exp(z[i] - sorted[0]);
+    std::vector<float> rows;
+    std::vector<SamplingParams> ps(n);
+    for (int i = 0; i < n; ++i) {
+      rows.insert(rows.end(), l.begin(), l.end());
+      ps[i].temperature = c.t, ps[i].top_k = c.k, ps[i].top_p = c.p, ps[i].min_p = c.min_p;
+      ps[i].seed = 11;
+      ps[i].step = i;
+    }
+    std::vector<int> count(vocab, 0);
+    for (int id : run(rows, vocab, ps)) {
+      ASSERT_TRUE(id >= 0 && id < vocab);
+      ++count[id];
+    }
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double p = want[i] / den;
+      const std::string what = fmt::format("T {} top-k {} top-p {} min-p {}: token {}", c.t, c.k, c.p, c.min_p, i);
+      if (p == 0.0) {
+        EXPECT_EQ(count[i], 0) << what << " is filtered out";
+        continue;
+      }
+      EXPECT_NEAR(count[i], n * p, 5 * std::sqrt(n * p * (1 - p)) + 1) << what;
+    }
+  }
+}
+
 TEST(Sampling, ValidatesParams) {
   SamplingParams p;
   p.top_p = 0.0f;
@@ -423,6 +493,84 @@ TEST(Sampling, TinyTemperaturesPickTheArgmax) {
 // A sharded call: temperature-only rows are sampled on the shard and joined; once any row is filtered, every
 // row is sampled from the gathered vocabulary; a call without what that needs is refused before anything runs.
 // The fake cross step stands for a second rank whose logits are all -inf, so every id must be this shard's.
+// The LM head's logits against an fp64 product of the same bf16 inputs, at K3's hidden 7168: a rank's
+// shard of the 163840-id vocabulary (row stride past the shard), then the whole vocabulary for one row,
+// whose greedy id must be the argmax of the logits (fp32 sums of 7168 products: ≤ 1e-5 relative).
+TEST(LmHead, LogitsAgainstTheHostAndGreedyTakesTheirArgmax) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t hidden = 7168, total = 163840;
+  DeviceBuffer ws(8 << 20), sws(8 << 20);
+  GemmLt lt(ws.data(), ws.size());
+  Linear linear(lt, sws.data(), sws.size(), query_device(0).sm_count);
+  DeviceBuffer w(total * hidden * 2), x(5 * hidden * 2);
+  fill_uniform(w.as<__nv_bfloat16>(), total * hidden, -0.05f, 0.05f, 41, nullptr);
+  fill_uniform(x.as<__nv_bfloat16>(), 5 * hidden, -1, 1, 42, nullptr);
+  const std::vector<float> hx = test::from_bf16(download<uint16_t>(x.data(), 5 * hidden));
+  const std::vector<float> hw = test::from_bf16(download<uint16_t>(w.data(), total * hidden));
+  auto reference = [&](int64_t row, int64_t id) {
+    double acc = 0;
+    for (int64_t k = 0; k < hidden; ++k) acc += double{hx[row * hidden + k]} * double{hw[id * hidden + k]};
+    return acc;
+  };
+  // A shard: ids 40960 .. 61439, rows 0..4, stride 20488.
+  {
+    const VocabShard shard{40960, 20480, total};
+    const int64_t m = 5, ld = shard.size + 8;
+    DeviceBuffer logits = test::poisoned(m * ld * 4);
+    lm_head_logits(linear, nullptr, x.as<__nv_bfloat16>(), m, hidden, w.as<__nv_bfloat16>() + shard.offset * hidden,
+                   shard, logits.as<float>(), ld);
+    const std::vector<float> got = download<float>(logits.data(), m * ld);
+    double err = 0, norm = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t i = 0; i < shard.size; ++i) {
+        const double ref = reference(r, shard.offset + i), d = got[r * ld + i] - ref;
+        ASSERT_TRUE(std::isfinite(got[r * ld + i])) << r << ", " << i;
+        err += d * d;
+        norm += ref * ref;
+      }
+      for (int64_t i = shard.size; i < ld; ++i) EXPECT_TRUE(std::isnan(got[r * ld + i])) << "past the shard: " << i;
+    }
+    EXPECT_LE(std::sqrt(err / norm), 1e-5);
+  }
+  // The whole vocabulary, one row: the logits, and greedy's id.
+  {
+    DeviceBuffer logits = test::poisoned(total * 4), ids = test::poisoned(4);
+    std::vector<SamplingParams> ps(1);
+    ps[0].temperature = 0.0f;
+    DeviceBuffer dp = upload(ps);
+    lm_head_sample(linear, nullptr, x.as<__nv_bfloat16>() + 3 * hidden, 1, hidden, w.as<__nv_bfloat16>(),
+                   VocabShard{0, total, total}, logits.as<float>(), total, dp.as<SamplingParams>(), ids.as<int32_t>());
+    const std::vector<float> got = download<float>(logits.data(), total);
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < total; ++i) {
+      const double d = got[i] - reference(3, i);
+      err += d * d;
+      norm += reference(3, i) * reference(3, i);
+    }
+    EXPECT_LE(std::sqrt(err / norm), 1e-5);
+    int32_t want = 0;
+    cpu::argmax_rows(got.data(), 1, total, &want);
+    EXPECT_EQ(download<int32_t>(ids.data(), 1)[0], want);
+  }
+}
+
+// The seed is used: one row of logits drawn at 64 seeds gives many different tokens, and a seed gives the same
+// token wherever its row sits in the batch (each request has its own generator).
+TEST(Sampling, SeedsDrawDifferentTokensAndTheSameSeedTheSameToken) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 1000, rows = 64;
+  const std::vector<float> row = test::random_vec(vocab, 51, -1, 1);  // flat-ish: ~1000 plausible tokens
+  std::vector<float> logits;
+  for (int64_t r = 0; r < rows; ++r) logits.insert(logits.end(), row.begin(), row.end());
+  std::vector<SamplingParams> ps(rows);
+  for (int64_t r = 0; r < rows; ++r) ps[r].temperature = 1.0f, ps[r].seed = 1000 + r, ps[r].step = 7;
+  const std::vector<int32_t> a = run(logits, vocab, ps);
+  EXPECT_GE(std::set<int32_t>(a.begin(), a.end()).size(), 40u) << "64 seeds drew too few distinct tokens";
+  std::reverse(ps.begin(), ps.end());
+  const std::vector<int32_t> b = run(logits, vocab, ps, /*workspace=*/false);
+  for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(b[rows - 1 - r], a[r]) << "seed " << 1000 + r;
+}
+
 TEST(Sampling, ShardedLmHeadJoinsOrGathers) {
   KIMIRT_REQUIRE_GPU();
   const int64_t m = 2, hidden = 128, total = 2048, size = 1024;
