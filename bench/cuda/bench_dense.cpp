@@ -8,6 +8,7 @@
 #include "kimirt/cuda/embedding.h"
 #include "kimirt/cuda/gemm_lt.h"
 #include "kimirt/cuda/memory.h"
+#include "kimirt/cuda/quantize_fp8.h"
 #include "kimirt/cuda/random_fill.h"
 #include "kimirt/cuda/rms_norm.h"
 #include "kimirt/cuda/router.h"
@@ -71,6 +72,15 @@ void dense_suite(Context& ctx) {
                 width);
       });
       ctx.add({"dense", fmt::format("situ [{}, 2x{}] fp8 out", t, width), us, t * width * (4.0 + 1.0), 0, ""});
+    }
+
+    // The activation quantizer of the FP8 GEMMs (1 x 128 groups) on a [t, 7168] input: reads 2 bytes per value,
+    // writes 1 and a scale per 128.
+    {
+      DeviceBuffer xin(t * H * 2), q(fp8_pad_m(t) * H), s(fp8_x_scale_count(t, H) * 4);
+      fill_uniform(xin.as<bf16>(), t * H, -3, 3, 8, ctx.stream);
+      us = time_us(ctx, [&] { quantize_fp8_act(ctx.stream, xin.as<bf16>(), H, t, H, q.as<uint8_t>(), s.as<float>()); });
+      ctx.add({"dense", fmt::format("quantize_fp8_act [{}, {}]", t, H), us, t * H * (3.0 + 4.0 / 128), 0, ""});
     }
 
     // Router top-16 of 896 (the logits GEMM is in the gemm suite).

@@ -1,4 +1,4 @@
-// Quantization of one 128-wide group held by a warp (4 values per lane) to E4M3 with an fp32 scale:
+// Quantization of one 128-wide group held by a half-warp (8 values per lane) to E4M3 with an fp32 scale:
 // shared by the activation quantizer and the FP8 outputs of fused kernels, so both round identically.
 #pragma once
 
@@ -25,23 +25,9 @@ __device__ __forceinline__ float div_by(float a, float b, float r) {
   return fmaf(fmaf(-q, b, a), r, q);
 }
 
-// Returns the 4 codes of this lane packed little-endian (value 0 in the low byte): e4m3(v / scale), where
-// *scale gets amax / 448 over the warp's 128 values (1 for an all-zero group).
-__device__ __forceinline__ uint32_t quantize_group4(const float (&v)[4], float* scale) {
-  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-  amax = warp_max(amax);
-  const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
-  *scale = s;
-  const float r = 1.0f / s;
-  uint32_t packed = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) packed |= static_cast<uint32_t>(e4m3(div_by(v[i], s, r))) << (8 * i);
-  return packed;
-}
-
-// The same for a 128-wide group held by a half-warp (8 values per lane, 16 lanes): identical scale and
-// codes, since the group's amax does not depend on how its values are spread over the lanes. Returns the 8
-// codes of this lane packed little-endian.
+// A 128-wide group held by a half-warp (8 values per lane, 16 lanes): *scale gets amax / 448 over its 128
+// values (1 for an all-zero group), and the lane's 8 codes e4m3(v / scale) come back packed little-endian
+// (value 0 in the low byte). The shuffles use the whole warp's mask: both halves must call it.
 __device__ __forceinline__ uint2 quantize_group8(const float (&v)[8], float* scale) {
   float amax = 0.0f;
 #pragma unroll

@@ -1,4 +1,4 @@
-// E4M3 quantization kernels: one warp per 128-wide activation group, one block per 128×128 weight block.
+// E4M3 quantization kernels: a half-warp per 128-wide activation group, one block per 128×128 weight block.
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
 #include "kimirt/cuda/fp8_group.cuh"
@@ -10,29 +10,26 @@ namespace {
 
 using detail::bf16;
 
-// Warp w of the grid handles (row = w / groups, group = w % groups); lane l holds inputs 4l..4l+3.
+// Half-warp h of the grid handles (row = h / groups, group = h % groups); its lane l holds inputs 8l..8l+7: one
+// 16-byte load and one 8-byte store per lane, the codes converted two per instruction (quantize_group8, as
+// glu_fp8's). At [4096, 7168] this runs at 0.64 of the copy bandwidth; the one-warp-per-group version (8-byte
+// loads, a code per conversion) ran at 0.42, and a warp loading 8 groups before reducing any at 0.40 (PERF.md,
+// 2026-11-30). Past the last group a half-warp still takes part in the other half's
+// shuffles (quantize_group8 reduces over the whole warp's mask), on zeros, and stores nothing.
 __global__ void quantize_act_kernel(const bf16* __restrict__ x, int64_t ldx, int64_t m, int64_t m_pad, int64_t k,
                                     uint8_t* __restrict__ xq, float* __restrict__ scales) {
   const int64_t groups = k / 128;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (warp >= m_pad * groups) return;
-  const int64_t row = warp / groups;
-  const int64_t group = warp % groups;
-  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (row < m) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(x + row * ldx + group * 128 + lane * 4);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    const float2 a = __bfloat1622float2(h[0]);
-    const float2 b = __bfloat1622float2(h[1]);
-    v[0] = a.x;
-    v[1] = a.y;
-    v[2] = b.x;
-    v[3] = b.y;
-  }
+  const int64_t half = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  const int lane = threadIdx.x & 15;
+  const bool live = half < m_pad * groups;
+  const int64_t row = live ? half / groups : 0;
+  const int64_t group = live ? half % groups : 0;
+  float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  if (live && row < m) detail::unpack8(detail::load16(x + row * ldx + group * 128 + lane * 8), v);
   float scale;
-  const uint32_t codes = detail::quantize_group4(v, &scale);
-  *reinterpret_cast<uint32_t*>(xq + row * k + group * 128 + lane * 4) = codes;
+  const uint2 codes = detail::quantize_group8(v, &scale);
+  if (!live) return;
+  *reinterpret_cast<uint2*>(xq + row * k + group * 128 + lane * 8) = codes;
   if (lane == 0) scales[group * m_pad + row] = scale;
 }
 
@@ -82,16 +79,16 @@ void quantize_fp8_act(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, 
                       float* scales) {
   KIMIRT_CUDA_REQUIRE(m >= 0 && k > 0 && k % 128 == 0, "quantize_fp8_act: k ", k,
                       " must be a positive multiple of 128 (m ", m, ")");
-  KIMIRT_CUDA_REQUIRE(ldx >= k && ldx % 4 == 0, "quantize_fp8_act: row stride ", ldx, " must be >= k ", k,
-                      " and a multiple of 4");
+  KIMIRT_CUDA_REQUIRE(ldx >= k && ldx % 8 == 0, "quantize_fp8_act: row stride ", ldx, " must be >= k ", k,
+                      " and a multiple of 8");
   if (m == 0) return;
   KIMIRT_CUDA_REQUIRE(x && xq && scales, "quantize_fp8_act: null pointer");
-  KIMIRT_CUDA_REQUIRE((reinterpret_cast<uintptr_t>(x) & 7u) == 0 && (reinterpret_cast<uintptr_t>(xq) & 3u) == 0,
-                      "quantize_fp8_act: x must be 8-byte and xq 4-byte aligned");
+  KIMIRT_CUDA_REQUIRE(detail::aligned16(x) && (reinterpret_cast<uintptr_t>(xq) & 7u) == 0,
+                      "quantize_fp8_act: x must be 16-byte and xq 8-byte aligned");
   const int64_t m_pad = fp8_pad_m(m);
-  const int64_t warps = m_pad * (k / 128);
+  const int64_t halves = m_pad * (k / 128);
   const int threads = 256;
-  const int64_t blocks = (warps * 32 + threads - 1) / threads;
+  const int64_t blocks = (halves * 16 + threads - 1) / threads;
   KIMIRT_CUDA_REQUIRE(blocks < (1ll << 31), "quantize_fp8_act: m ", m, " x k ", k, " too large");
   quantize_act_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, ldx, m, m_pad, k, xq, scales);
   KIMIRT_CUDA_CHECK_LAUNCH();

@@ -13,7 +13,7 @@
 namespace kimirt::cuda {
 
 // x [m, k] (row stride ldx) -> xq [round_up(m, 4), k] contiguous, scales [k / 128][round_up(m, 4)].
-// k must be a multiple of 128.
+// k must be a multiple of 128, ldx of 8; x 16-byte and xq 8-byte aligned.
 void quantize_fp8_act(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, int64_t m, int64_t k, uint8_t* xq,
                       float* scales);
 
