@@ -10,20 +10,21 @@ namespace {
 
 using detail::bf16;
 
-// Half-warp h of the grid handles (row = h / groups, group = h % groups); its lane l holds inputs 8l..8l+7: one
+// Half-warp h of the grid handles (group = h / m_pad, row = h % m_pad); its lane l holds inputs 8l..8l+7: one
 // 16-byte load and one 8-byte store per lane, the codes converted two per instruction (quantize_group8, as
-// glu_fp8's). At [4096, 7168] this runs at 0.64 of the copy bandwidth; the one-warp-per-group version (8-byte
-// loads, a code per conversion) ran at 0.42, and a warp loading 8 groups before reducing any at 0.40 (PERF.md,
-// 2026-11-30). Past the last group a half-warp still takes part in the other half's
-// shuffles (quantize_group8 reduces over the whole warp's mask), on zeros, and stores nothing.
+// glu_fp8's). At [4096, 7168] this runs at 0.66 of the copy bandwidth; a warp per group (8-byte loads, a code
+// per conversion) ran at 0.42, a warp loading 8 groups before reducing any at 0.40, and the half-warps in
+// row-major order at 0.64 (PERF.md, 2026-11-30). Past the last group a half-warp still takes part in the other
+// half's shuffles (quantize_group8 reduces over the whole warp's mask), on zeros, and stores nothing.
 __global__ void quantize_act_kernel(const bf16* __restrict__ x, int64_t ldx, int64_t m, int64_t m_pad, int64_t k,
                                     uint8_t* __restrict__ xq, float* __restrict__ scales) {
-  const int64_t groups = k / 128;
-  const int64_t half = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 4;
+  // Group-major: the half-warps of a block take consecutive rows of one group, so their scales (one float
+  // per row of the group's column) are stored together; 32-bit index math (the launcher bounds the tasks).
+  const uint32_t half = (blockIdx.x * blockDim.x + threadIdx.x) >> 4;
   const int lane = threadIdx.x & 15;
-  const bool live = half < m_pad * groups;
-  const int64_t row = live ? half / groups : 0;
-  const int64_t group = live ? half % groups : 0;
+  const bool live = half < static_cast<uint32_t>(m_pad * (k / 128));
+  const int64_t group = live ? half / static_cast<uint32_t>(m_pad) : 0;
+  const int64_t row = live ? half % static_cast<uint32_t>(m_pad) : 0;
   float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
   if (live && row < m) detail::unpack8(detail::load16(x + row * ldx + group * 128 + lane * 8), v);
   float scale;
@@ -89,7 +90,7 @@ void quantize_fp8_act(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, 
   const int64_t halves = m_pad * (k / 128);
   const int threads = 256;
   const int64_t blocks = (halves * 16 + threads - 1) / threads;
-  KIMIRT_CUDA_REQUIRE(blocks < (1ll << 31), "quantize_fp8_act: m ", m, " x k ", k, " too large");
+  KIMIRT_CUDA_REQUIRE(halves < (1ll << 28), "quantize_fp8_act: m ", m, " x k ", k, " too large");
   quantize_act_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, ldx, m, m_pad, k, xq, scales);
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
