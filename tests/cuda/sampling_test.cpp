@@ -490,9 +490,6 @@ TEST(Sampling, TinyTemperaturesPickTheArgmax) {
   }
 }
 
-// A sharded call: temperature-only rows are sampled on the shard and joined; once any row is filtered, every
-// row is sampled from the gathered vocabulary; a call without what that needs is refused before anything runs.
-// The fake cross step stands for a second rank whose logits are all -inf, so every id must be this shard's.
 // The LM head's logits against an fp64 product of the same bf16 inputs, at K3's hidden 7168: a rank's
 // shard of the 163840-id vocabulary (row stride past the shard), then the whole vocabulary for one row,
 // whose greedy id must be the argmax of the logits (fp32 sums of 7168 products: ≤ 1e-5 relative).
@@ -571,6 +568,9 @@ TEST(Sampling, SeedsDrawDifferentTokensAndTheSameSeedTheSameToken) {
   for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(b[rows - 1 - r], a[r]) << "seed " << 1000 + r;
 }
 
+// A sharded call: temperature-only rows are sampled on the shard and joined; once any row is filtered, every
+// row is sampled from the gathered vocabulary; a call without what that needs is refused before anything runs.
+// The fake cross step stands for a second rank whose logits are all -inf, so every id must be this shard's.
 TEST(Sampling, ShardedLmHeadJoinsOrGathers) {
   KIMIRT_REQUIRE_GPU();
   const int64_t m = 2, hidden = 128, total = 2048, size = 1024;

@@ -56,9 +56,11 @@ void validate(const RouterConfig& cfg) {
                "routed_scaling_factor must be finite and positive, got {}", cfg.routed_scaling_factor);
 }
 
-void select_experts(const RouterConfig& cfg, const float* scores, const float* correction_bias, int32_t* expert_ids,
-                    float* weights) {
-  validate(cfg);  // public: a top_k past num_experts would sort past the end
+namespace {
+
+// select_experts on a validated config.
+void select_validated(const RouterConfig& cfg, const float* scores, const float* correction_bias, int32_t* expert_ids,
+                      float* weights) {
   const auto n = static_cast<size_t>(cfg.num_experts);
   std::vector<float> biased(n);
   for (size_t e = 0; e < n; ++e) biased[e] = scores[e] + (correction_bias ? correction_bias[e] : 0.0f);
@@ -91,6 +93,14 @@ void select_experts(const RouterConfig& cfg, const float* scores, const float* c
   }
 }
 
+}  // namespace
+
+void select_experts(const RouterConfig& cfg, const float* scores, const float* correction_bias, int32_t* expert_ids,
+                    float* weights) {
+  validate(cfg);  // a top_k past num_experts would sort past the end
+  select_validated(cfg, scores, correction_bias, expert_ids, weights);
+}
+
 void route(const RouterConfig& cfg, const RouterWeights& w, const float* x, int64_t tokens, int64_t hidden,
            int32_t* expert_ids, float* weights) {
   validate(cfg);
@@ -99,8 +109,8 @@ void route(const RouterConfig& cfg, const RouterWeights& w, const float* x, int6
   matmul(x, w.gate, scores.data(), tokens, cfg.num_experts, hidden);
   for (float& s : scores) s = sigmoid(s);
   for (int64_t t = 0; t < tokens; ++t) {
-    select_experts(cfg, scores.data() + t * cfg.num_experts, w.correction_bias, expert_ids + t * cfg.top_k,
-                   weights + t * cfg.top_k);
+    select_validated(cfg, scores.data() + t * cfg.num_experts, w.correction_bias, expert_ids + t * cfg.top_k,
+                     weights + t * cfg.top_k);
   }
 }
 

@@ -627,7 +627,7 @@ void join_candidates(cudaStream_t stream, const float* scores, const int32_t* id
                       ", stride ", stride);
   if (rows == 0) return;
   KIMIRT_CUDA_REQUIRE(scores && ids && out_scores && out_ids, "join_candidates: null pointer");
-  KIMIRT_CUDA_REQUIRE(rows < (1ll << 31) * 128, "join_candidates: ", rows, " rows are too many");
+  KIMIRT_CUDA_REQUIRE((rows + 127) / 128 < (1ll << 31), "join_candidates: ", rows, " rows are too many");
   join_candidates_kernel<<<static_cast<unsigned>((rows + 127) / 128), 128, 0, stream>>>(scores, ids, ranks, stride,
                                                                                         rows, out_scores, out_ids);
   KIMIRT_CUDA_CHECK_LAUNCH();

@@ -133,7 +133,8 @@ class Builder {
       r.key = key;
       r.shard = ref.shard;
       r.info = ref.info;
-      r.check_values = spec.role == ParamRole::kKdaALog || whole;
+      r.check_values = spec.role == ParamRole::kKdaALog;
+      r.check_scales_whole = whole;
       r.spec = &spec;
       r.source = static_cast<uint32_t>(source);
       r.component = static_cast<uint32_t>(component);
@@ -163,7 +164,7 @@ class Builder {
 // offsets relative to the read.
 void trim(PlannedRead& r) {
   uint64_t lo = 0, hi = r.info->nbytes();
-  if (!r.check_values && !r.blocks.empty()) {
+  if (!r.check_values && !r.check_scales_whole && !r.blocks.empty()) {
     lo = UINT64_MAX;
     hi = 0;
     for (const auto& b : r.blocks) {

@@ -75,10 +75,12 @@ struct PlannedRead {
   uint64_t offset = 0;  // absolute file offset of the first byte read (the tensor's start plus the trim)
   uint64_t length = 0;
   // A tensor whose values must be checked before use (A_log's padding) is read whole and checked through
-  // Schema::normalize when complete; `spec`, `source` and `component` say how. So is a block scale of more
-  // than one byte (FP8's F32 / BF16 scales, a few per 16 K weights), whose values the loader checks on whole
-  // elements (quant/scale_codes.h; the one-byte codes are checked piece by piece as they pass).
+  // Schema::normalize when complete; `spec`, `source` and `component` say how.
   bool check_values = false;
+  // A block scale of more than one byte per value (FP8's F32 / BF16 scales, a few per 16 K weights): read whole
+  // and delivered piece by piece as any read, and also gathered, its values checked once complete
+  // (quant/scale_codes.h), since a piece may end inside a value. One-byte codes are checked as they pass.
+  bool check_scales_whole = false;
   const ParamSpec* spec = nullptr;
   uint32_t source = 0;
   uint32_t component = 0;

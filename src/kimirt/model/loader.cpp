@@ -34,12 +34,31 @@ class PlanExecutor final : public io::ReadSink {
     }
     // Created up front, so that the I/O threads only look entries up (no insertion races).
     for (size_t r = 0; r < plan.reads().size(); ++r) {
-      if (plan.reads()[r].check_values) scratch_[r];
+      if (plan.reads()[r].check_values || plan.reads()[r].check_scales_whole) scratch_[r];
     }
   }
 
   void consume(const io::Piece& piece) override {
     const PlannedRead& read = plan_.reads()[piece.id];
+    if (read.check_scales_whole) {
+      // Delivered as it comes (copies from the staging ring stay asynchronous) and gathered (the pieces of a read
+      // arrive in order from one thread: no lock), then checked once whole: a bad scale fails the load, and the
+      // target drops what it got.
+      auto& scratch = scratch_.at(piece.id);
+      if (piece.range_offset == 0) scratch.resize(read.length);
+      std::memcpy(scratch.data() + piece.range_offset, piece.data, piece.size);
+      deliver(read, piece.data, piece.range_offset, piece.size, piece.staging_slot);
+      if (piece.range_offset + piece.size < read.length) return;
+      StagedWrite whole;
+      whole.dest = read.blocks.front().dest;
+      whole.src = scratch.data();
+      whole.src_pitch = whole.width = read.length;
+      whole.rows = 1;
+      with_context([&] { return fmt::format("{}: {}", read.shard->path().filename().string(), read.key); },
+                   [&] { check_scales(read, whole, 0); });
+      std::vector<uint8_t>().swap(scratch);
+      return;
+    }
     if (!read.check_values) {
       deliver(read, piece.data, piece.range_offset, piece.size, piece.staging_slot);
       return;
@@ -114,7 +133,7 @@ class PlanExecutor final : public io::ReadSink {
       w.width = hi - lo;
       w.rows = rows;
       w.staging_slot = staging_slot;
-      if (scale_codes_[b.dest] != quant::ScaleCode::kNone) {
+      if (scale_codes_[b.dest] != quant::ScaleCode::kNone && !read.check_scales_whole) {
         const uint64_t trimmed = read.offset - read.shard->absolute_offset(*read.info);
         with_context([&] { return fmt::format("{}: {}", read.shard->path().filename().string(), read.key); },
                      [&] { check_scales(read, w, trimmed + a + (w.src - data)); });

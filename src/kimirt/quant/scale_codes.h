@@ -1,7 +1,7 @@
 // Scale values a quantized checkpoint must not hold. A block scale that decodes to NaN or infinity makes its
 // whole group or block (32 MXFP4 weights, 16 NVFP4, 128 x 128 FP8) NaN or infinite, and the model's output
-// with them, without any error; the loader counts them on the bytes as they pass (spec
-// checkpoints-and-loading §5.2: "a load-time anomaly worth counting").
+// with them, without any error: the loader refuses them, and counts E8M0's code 0x00, which readers decode
+// differently (spec checkpoints-and-loading §5.2: "a load-time anomaly worth counting").
 #pragma once
 
 #include <cstdint>

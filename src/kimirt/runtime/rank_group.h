@@ -25,7 +25,9 @@ struct RankLaunch {
 };
 
 // This process's part of a group of `tp` ranks: under an MPI launcher the launcher's world (tp must equal its
-// size; 0 takes it), otherwise `tp` ranks (0 means 1) in this process. Throws naming --tp on a mismatch.
+// size; 0 takes it), otherwise `tp` ranks (0 means 1) in this process. Throws naming --tp on a mismatch. A build
+// without MPI refuses a launch of several processes (they could not meet) and runs a launch of one as if
+// there were no launcher.
 RankLaunch plan_launch(Device device, int tp);
 
 // Runs fn(comm) for every rank this process owns, each with its communicator of the whole group (comm.rank()
