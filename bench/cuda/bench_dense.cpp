@@ -35,6 +35,14 @@ void dense_suite(Context& ctx) {
                    1e-5f);
     });
     ctx.add({"dense", fmt::format("add_rms_norm [{}, {}]", t, H), us, 4.0 * t * H * 2, 0, ""});
+    // The same norm writing an FP8 GEMM's input (E4M3 codes and a scale per 128) instead of bf16.
+    {
+      DeviceBuffer q(fp8_pad_m(t) * H), s(fp8_x_scale_count(t, H) * 4);
+      us = time_us(ctx, [&] {
+        rms_norm_fp8(ctx.stream, x.as<bf16>(), H, w.as<bf16>(), q.as<uint8_t>(), s.as<float>(), t, H, 1e-5f);
+      });
+      ctx.add({"dense", fmt::format("rms_norm [{}, {}] fp8 out", t, H), us, t * H * (2.0 + 1.0 + 4.0 / 128), 0, ""});
+    }
 
     // AttnRes over 9 candidates (the final mix) + norm.
     const int count = 9;

@@ -70,6 +70,25 @@ TEST_P(NormShapes, RmsNormAndFusedAdd) {
            1e-5f);
   cpu::rms_norm(x.data(), w.data(), ref.data(), rows, dim, 1e-5f);
   EXPECT_LE(test::rel_err(dl_bf16(out, rows * dim), ref), 6e-3) << "rms_norm " << test::shape({rows, dim});
+  // The FP8 outputs: what quantize_fp8_act makes of the bf16 output (padding rows included), and the host's.
+  const auto expect_fp8_of_out = [&](const std::function<void(uint8_t*, float*)>& norm_fp8, const char* what) {
+    if (dim % 128 != 0) return;
+    const int64_t rp = fp8_pad_m(rows), ns = fp8_x_scale_count(rows, dim);
+    DeviceBuffer q = test::poisoned(rp * dim), sc = test::poisoned(ns * 4), q2 = test::poisoned(rp * dim),
+                 sc2 = test::poisoned(ns * 4);
+    norm_fp8(q.as<uint8_t>(), sc.as<float>());
+    quantize_fp8_act(nullptr, out.as<__nv_bfloat16>(), dim, rows, dim, q2.as<uint8_t>(), sc2.as<float>());
+    const auto codes = download<uint8_t>(q.data(), rp * dim);
+    const auto scales = download<float>(sc.data(), ns);
+    EXPECT_EQ(codes, download<uint8_t>(q2.data(), rp * dim)) << what << " " << test::shape({rows, dim});
+    EXPECT_EQ(scales, download<float>(sc2.data(), ns)) << what << " " << test::shape({rows, dim});
+    EXPECT_EQ(test::act_quant_mismatch(dl_bf16(out, rows * dim), rows, dim, rp, codes, scales), "") << what;
+  };
+  expect_fp8_of_out(
+      [&](uint8_t* q, float* sc) {
+        rms_norm_fp8(nullptr, dx.as<__nv_bfloat16>(), dim, dw.as<__nv_bfloat16>(), q, sc, rows, dim, 1e-5f);
+      },
+      "rms_norm_fp8");
 
   poison(out.data(), out.size(), nullptr);  // the fused call must write every output itself
   add_rms_norm(nullptr, dx.as<__nv_bfloat16>(), dim, dr.as<__nv_bfloat16>(), dim, sum.as<__nv_bfloat16>(), dim,
@@ -79,6 +98,16 @@ TEST_P(NormShapes, RmsNormAndFusedAdd) {
   EXPECT_EQ(dl_bf16(sum, rows * dim), s) << "the residual sum is the bf16-rounded x + r";
   cpu::rms_norm(s.data(), w.data(), ref.data(), rows, dim, 1e-5f);
   EXPECT_LE(test::rel_err(dl_bf16(out, rows * dim), ref), 6e-3) << "add_rms_norm " << test::shape({rows, dim});
+  DeviceBuffer sum8 = test::poisoned(rows * dim * 2);
+  expect_fp8_of_out(
+      [&](uint8_t* q, float* sc) {
+        add_rms_norm_fp8(nullptr, dx.as<__nv_bfloat16>(), dim, dr.as<__nv_bfloat16>(), dim, sum8.as<__nv_bfloat16>(),
+                         dim, dw.as<__nv_bfloat16>(), q, sc, rows, dim, 1e-5f);
+      },
+      "add_rms_norm_fp8");
+  if (dim % 128 == 0) {
+    EXPECT_EQ(dl_bf16(sum8, rows * dim), s) << "add_rms_norm_fp8's residual sum";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(K3AndOdd, NormShapes,

@@ -5,6 +5,8 @@
 #include "kimirt/cuda/async_pipeline.cuh"
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
+#include "kimirt/cuda/fp8_group.cuh"
+#include "kimirt/cuda/gemm_lt.h"
 #include "kimirt/cuda/kernel_attr.h"
 #include "kimirt/cuda/rms_norm.h"
 
@@ -18,15 +20,37 @@ using detail::bf16;
 // rows per SM are in flight. Then two passes over shared memory (sum of squares, then normalize).
 constexpr int kNormThreads = 128;
 
+// Where the normalized row goes: bf16 `out`, or (an FP8 GEMM's input) E4M3 codes `xq` [rows_pad, dim] and
+// scales [dim / 128][rows_pad] of the bf16 values that `out` would hold, quantized as quantize_fp8_act does.
+// The blocks of rows rows..rows_pad-1 (read by the FP8 GEMM) write zeros under scale 1.
+struct NormOut {
+  bf16* out = nullptr;
+  int64_t ld_out = 0;
+  uint8_t* xq = nullptr;
+  float* scales = nullptr;
+  int64_t rows = 0, rows_pad = 0;
+};
+
+template <bool kFp8>
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_kernel(const bf16* x, int64_t ldx, const bf16* res, int64_t ld_res, bf16* sum_out, int64_t ld_sum,
-                    const bf16* __restrict__ w, bf16* out, int64_t ld_out, int dim, float eps) {
+                    const bf16* __restrict__ w, const NormOut o, int dim, float eps) {
   extern __shared__ uint4 row_s[];  // [vectors] x, then [vectors] residual
   __shared__ __align__(8) uint64_t bar;
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int vectors = dim / 8;
   const uint32_t bar_addr = detail::smem_addr(&bar);
+  if constexpr (kFp8) {
+    if (row >= o.rows) {
+      // A padding row: zeros and scale 1, what quantize_fp8_act writes there (16 threads per 128-group).
+      for (int vi = threadIdx.x; vi < vectors; vi += kNormThreads) {
+        *reinterpret_cast<uint2*>(o.xq + row * dim + vi * 8) = uint2{0, 0};
+        if (vi % 16 == 0) o.scales[(vi / 16) * o.rows_pad + row] = 1.0f;
+      }
+      return;
+    }
+  }
   if (threadIdx.x == 0) {
     detail::mbar_init(bar_addr, 1);
     detail::mbar_init_fence();
@@ -55,15 +79,38 @@ __global__ void __launch_bounds__(kNormThreads)
   }
   const float total = detail::block_sum(ss, scratch);
   const float rs = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
-  for (int vi = threadIdx.x; vi < vectors; vi += kNormThreads) {
-    float v[8], wf[8], y[8];
-    detail::unpack8(row_s[vi], v);
-    detail::unpack8(detail::ldg16(w + vi * 8), wf);
+  if constexpr (!kFp8) {
+    for (int vi = threadIdx.x; vi < vectors; vi += kNormThreads) {
+      float v[8], wf[8], y[8];
+      detail::unpack8(row_s[vi], v);
+      detail::unpack8(detail::ldg16(w + vi * 8), wf);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) y[j] = detail::round_bf16(v[j] * rs) * wf[j];
-    detail::store16(out + row * ld_out + vi * 8, detail::pack8(y));
+      for (int j = 0; j < 8; ++j) y[j] = detail::round_bf16(v[j] * rs) * wf[j];
+      detail::store16(o.out + row * o.ld_out + vi * 8, detail::pack8(y));
+    }
+  } else {
+    // Half-warp h holds the 16 vectors of one 128-group (dim is a multiple of 128, kNormThreads of 16). Every
+    // thread runs every round, so that both halves of a warp take part in the group's shuffles.
+    for (int base = 0; base < vectors; base += kNormThreads) {
+      const int vi = base + static_cast<int>(threadIdx.x);
+      const bool live = vi < vectors;
+      float y[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      if (live) {
+        float v[8], wf[8];
+        detail::unpack8(row_s[vi], v);
+        detail::unpack8(detail::ldg16(w + vi * 8), wf);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) y[j] = detail::round_bf16(detail::round_bf16(v[j] * rs) * wf[j]);
+      }
+      float scale;
+      const uint2 codes = detail::quantize_group8(y, &scale);
+      if (!live) continue;
+      *reinterpret_cast<uint2*>(o.xq + row * dim + vi * 8) = codes;
+      if (vi % 16 == 0) o.scales[(vi / 16) * o.rows_pad + row] = scale;
+    }
   }
 }
+static_assert(kNormThreads % 16 == 0, "a 128-group per half-warp");
 
 __device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) { detail::unpack8(detail::ldcs16(p), f); }
 __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
@@ -132,13 +179,33 @@ void check_rows(const char* op, const void* x, int64_t ldx, const void* res, int
 }
 
 void launch_rms(cudaStream_t stream, const bf16* x, int64_t ldx, const bf16* res, int64_t ld_res, bf16* sum,
-                int64_t ld_sum, const bf16* w, bf16* out, int64_t ld_out, int64_t rows, int64_t dim, float eps) {
-  if (rows == 0) return;
+                int64_t ld_sum, const bf16* w, const NormOut& o, int64_t rows, int64_t dim, float eps) {
+  const bool fp8 = o.xq != nullptr;
+  const int64_t blocks = fp8 ? o.rows_pad : rows;
+  if (blocks == 0) return;
   const int smem = static_cast<int>(dim / 8 * 16 * (res ? 2 : 1));
-  ensure_dynamic_smem(reinterpret_cast<const void*>(&rms_norm_kernel), 2 * 16384 * 2);
-  rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, smem, stream>>>(x, ldx, res, ld_res, sum, ld_sum, w, out,
-                                                                               ld_out, static_cast<int>(dim), eps);
+  const auto kernel = fp8 ? rms_norm_kernel<true> : rms_norm_kernel<false>;
+  ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), 2 * 16384 * 2);
+  kernel<<<static_cast<unsigned>(blocks), kNormThreads, smem, stream>>>(x, ldx, res, ld_res, sum, ld_sum, w, o,
+                                                                        static_cast<int>(dim), eps);
   KIMIRT_CUDA_CHECK_LAUNCH();
+}
+
+// The FP8 outputs' checks, then the launch (rms_norm_fp8, add_rms_norm_fp8).
+void launch_rms_fp8(const char* op, cudaStream_t stream, const bf16* x, int64_t ldx, const bf16* res, int64_t ld_res,
+                    bf16* sum, int64_t ld_sum, const bf16* w, uint8_t* xq, float* scales, int64_t rows, int64_t dim,
+                    float eps) {
+  KIMIRT_CUDA_REQUIRE(dim % 128 == 0, op, ": dim ", dim, " must be a multiple of 128 (one scale per 128 values)");
+  KIMIRT_CUDA_REQUIRE(scales && (reinterpret_cast<uintptr_t>(scales) & 3u) == 0, op,
+                      ": scales must be non-null and 4-byte aligned");
+  check_rows(op, x, ldx, res, ld_res, sum, ld_sum, w, xq, dim, rows, dim);  // xq as the output
+  KIMIRT_CUDA_REQUIRE(fp8_pad_m(rows) < (1ll << 31), op, ": row count ", rows);
+  NormOut o;
+  o.xq = xq;
+  o.scales = scales;
+  o.rows = rows;
+  o.rows_pad = fp8_pad_m(rows);
+  launch_rms(stream, x, ldx, res, ld_res, sum, ld_sum, w, o, rows, dim, eps);
 }
 
 template <typename InT>
@@ -178,7 +245,19 @@ void launch_gated(cudaStream_t stream, const InT* x, int64_t ldx, const bf16* ga
 void rms_norm(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, __nv_bfloat16* out,
               int64_t ld_out, int64_t rows, int64_t dim, float eps) {
   check_rows("rms_norm", x, ldx, nullptr, 0, nullptr, 0, w, out, ld_out, rows, dim);
-  launch_rms(stream, x, ldx, nullptr, 0, nullptr, 0, w, out, ld_out, rows, dim, eps);
+  launch_rms(stream, x, ldx, nullptr, 0, nullptr, 0, w, NormOut{out, ld_out}, rows, dim, eps);
+}
+
+void rms_norm_fp8(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, uint8_t* xq,
+                  float* scales, int64_t rows, int64_t dim, float eps) {
+  launch_rms_fp8("rms_norm_fp8", stream, x, ldx, nullptr, 0, nullptr, 0, w, xq, scales, rows, dim, eps);
+}
+
+void add_rms_norm_fp8(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* residual,
+                      int64_t ld_res, __nv_bfloat16* sum_out, int64_t ld_sum, const __nv_bfloat16* w, uint8_t* xq,
+                      float* scales, int64_t rows, int64_t dim, float eps) {
+  KIMIRT_CUDA_REQUIRE(residual, "add_rms_norm_fp8: residual is null");
+  launch_rms_fp8("add_rms_norm_fp8", stream, x, ldx, residual, ld_res, sum_out, ld_sum, w, xq, scales, rows, dim, eps);
 }
 
 void add_rms_norm(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* residual,
@@ -186,7 +265,7 @@ void add_rms_norm(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, cons
                   int64_t ld_out, int64_t rows, int64_t dim, float eps) {
   KIMIRT_CUDA_REQUIRE(residual, "add_rms_norm: residual is null");
   check_rows("add_rms_norm", x, ldx, residual, ld_res, sum_out, ld_sum, w, out, ld_out, rows, dim);
-  launch_rms(stream, x, ldx, residual, ld_res, sum_out, ld_sum, w, out, ld_out, rows, dim, eps);
+  launch_rms(stream, x, ldx, residual, ld_res, sum_out, ld_sum, w, NormOut{out, ld_out}, rows, dim, eps);
 }
 
 void rms_norm_gated(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* gate,
