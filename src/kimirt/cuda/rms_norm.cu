@@ -19,6 +19,9 @@ using detail::bf16;
 // it into shared memory: the block's threads never stall issuing loads, and at 14 KiB per K3 row a dozen
 // rows per SM are in flight. Then two passes over shared memory (sum of squares, then normalize).
 constexpr int kNormThreads = 128;
+// The FP8 output's block: its second pass quantizes per 128-group (shuffles, a division per value), so a row
+// gets more threads and fewer rounds. 256 measured best of 128 / 256 / 512 (PERF.md, 2026-11-30, machine CH).
+constexpr int kNormFp8Threads = 256;
 
 // Where the normalized row goes: bf16 `out`, or (an FP8 GEMM's input) E4M3 codes `xq` [rows_pad, dim] and
 // scales [dim / 128][rows_pad] of the bf16 values that `out` would hold, quantized as quantize_fp8_act does.
@@ -31,8 +34,8 @@ struct NormOut {
   int64_t rows = 0, rows_pad = 0;
 };
 
-template <bool kFp8>
-__global__ void __launch_bounds__(kNormThreads)
+template <bool kFp8, int kThreads>
+__global__ void __launch_bounds__(kThreads)
     rms_norm_kernel(const bf16* x, int64_t ldx, const bf16* res, int64_t ld_res, bf16* sum_out, int64_t ld_sum,
                     const bf16* __restrict__ w, const NormOut o, int dim, float eps) {
   extern __shared__ uint4 row_s[];  // [vectors] x, then [vectors] residual
@@ -44,7 +47,7 @@ __global__ void __launch_bounds__(kNormThreads)
   if constexpr (kFp8) {
     if (row >= o.rows) {
       // A padding row: zeros and scale 1, what quantize_fp8_act writes there (16 threads per 128-group).
-      for (int vi = threadIdx.x; vi < vectors; vi += kNormThreads) {
+      for (int vi = threadIdx.x; vi < vectors; vi += kThreads) {
         *reinterpret_cast<uint2*>(o.xq + row * dim + vi * 8) = uint2{0, 0};
         if (vi % 16 == 0) o.scales[(vi / 16) * o.rows_pad + row] = 1.0f;
       }
@@ -62,7 +65,7 @@ __global__ void __launch_bounds__(kNormThreads)
   __syncthreads();
   detail::mbar_wait(bar_addr, 0);
   float ss = 0.0f;
-  for (int vi = threadIdx.x; vi < vectors; vi += kNormThreads) {
+  for (int vi = threadIdx.x; vi < vectors; vi += kThreads) {
     float v[8];
     detail::unpack8(row_s[vi], v);
     if (res) {
@@ -80,7 +83,7 @@ __global__ void __launch_bounds__(kNormThreads)
   const float total = detail::block_sum(ss, scratch);
   const float rs = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
   if constexpr (!kFp8) {
-    for (int vi = threadIdx.x; vi < vectors; vi += kNormThreads) {
+    for (int vi = threadIdx.x; vi < vectors; vi += kThreads) {
       float v[8], wf[8], y[8];
       detail::unpack8(row_s[vi], v);
       detail::unpack8(detail::ldg16(w + vi * 8), wf);
@@ -89,9 +92,9 @@ __global__ void __launch_bounds__(kNormThreads)
       detail::store16(o.out + row * o.ld_out + vi * 8, detail::pack8(y));
     }
   } else {
-    // Half-warp h holds the 16 vectors of one 128-group (dim is a multiple of 128, kNormThreads of 16). Every
+    // Half-warp h holds the 16 vectors of one 128-group (dim is a multiple of 128, kThreads of 16). Every
     // thread runs every round, so that both halves of a warp take part in the group's shuffles.
-    for (int base = 0; base < vectors; base += kNormThreads) {
+    for (int base = 0; base < vectors; base += kThreads) {
       const int vi = base + static_cast<int>(threadIdx.x);
       const bool live = vi < vectors;
       float y[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -110,7 +113,7 @@ __global__ void __launch_bounds__(kNormThreads)
     }
   }
 }
-static_assert(kNormThreads % 16 == 0, "a 128-group per half-warp");
+static_assert(kNormFp8Threads % 16 == 0, "a 128-group per half-warp");
 
 __device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) { detail::unpack8(detail::ldcs16(p), f); }
 __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
@@ -184,10 +187,10 @@ void launch_rms(cudaStream_t stream, const bf16* x, int64_t ldx, const bf16* res
   const int64_t blocks = fp8 ? o.rows_pad : rows;
   if (blocks == 0) return;
   const int smem = static_cast<int>(dim / 8 * 16 * (res ? 2 : 1));
-  const auto kernel = fp8 ? rms_norm_kernel<true> : rms_norm_kernel<false>;
+  const auto kernel = fp8 ? rms_norm_kernel<true, kNormFp8Threads> : rms_norm_kernel<false, kNormThreads>;
   ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), 2 * 16384 * 2);
-  kernel<<<static_cast<unsigned>(blocks), kNormThreads, smem, stream>>>(x, ldx, res, ld_res, sum, ld_sum, w, o,
-                                                                        static_cast<int>(dim), eps);
+  kernel<<<static_cast<unsigned>(blocks), fp8 ? kNormFp8Threads : kNormThreads, smem, stream>>>(
+      x, ldx, res, ld_res, sum, ld_sum, w, o, static_cast<int>(dim), eps);
   KIMIRT_CUDA_CHECK_LAUNCH();
 }
 
