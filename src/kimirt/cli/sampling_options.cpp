@@ -35,7 +35,7 @@ void add_sampling_options(CLI::App* cmd, runtime::SamplingParams& sp, const std:
   cmd->add_option("--top-p", sp.top_p, "nucleus sampling (1 = off)")->check(number_in(0.0, 1.0, true, "(0, 1]"));
   cmd->add_option("--min-p", sp.min_p, "keep tokens with p >= min_p * p_max (0 = off)")
       ->check(number_in(0.0, 1.0, false, "[0, 1]"));
-  cmd->add_option("--seed", sp.seed, "sampling seed");
+  cmd->add_option("--seed", sp.seed, "sampling seed (default 0: the same flags and prompt give the same text)");
   cmd->add_option("--repetition-penalty", sp.repetition_penalty, "Hugging Face repetition penalty (1 = off)")
       ->check(number_in(0.0, FLT_MAX, true, "(0, inf)"));
   cmd->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty")
