@@ -9,7 +9,6 @@
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/log.h"
-#include "kimirt/quant/scale_codes.h"
 
 namespace kimirt::model {
 namespace {
@@ -77,14 +76,13 @@ class Builder {
       dest.dtype = canonical[0].dtype();
       dest.shape = cs.rule.dst_shape;
       dest.bytes = *dtype_bytes(dest.dtype, static_cast<uint64_t>(shape_numel(dest.shape)));
+      dest.scale = quant::block_scale_code(
+          pp.format, quant::format_components(pp.format)[static_cast<size_t>(cs.component)], dest.dtype);
       const uint64_t element = element_bytes(dest.dtype, cs.keys[0]);
       uint64_t covered = 0;
       for (const auto& copy : cs.rule.copies) {
         const auto s = static_cast<size_t>(copy.source);
-        const quant::ScaleCode code = quant::block_scale_code(
-            pp.format, quant::format_components(pp.format)[static_cast<size_t>(cs.component)], dest.dtype);
-        const bool whole = code == quant::ScaleCode::kFloat;
-        PlannedRead& read = reads_[read_for(cs.keys[s], spec, s, cs.component, whole)];
+        PlannedRead& read = reads_[read_for(cs.keys[s], spec, s, cs.component, dest.scale == quant::ScaleCode::kFloat)];
         auto blocks = region_blocks(canonical[s].shape(), copy.src, dest.shape, copy.dst, element, d);
         for (const auto& b : blocks) covered += b.bytes();
         read.blocks.insert(read.blocks.end(), blocks.begin(), blocks.end());

@@ -22,6 +22,7 @@
 #include "kimirt/model/key_index.h"
 #include "kimirt/model/parallel.h"
 #include "kimirt/model/schema.h"
+#include "kimirt/quant/scale_codes.h"
 
 namespace kimirt::model {
 
@@ -33,6 +34,7 @@ struct PlannedDest {
   DType dtype = DType::kU8;
   Shape shape;
   uint64_t bytes = 0;
+  quant::ScaleCode scale = quant::ScaleCode::kNone;  // how its values are block scales (checked while loading)
 };
 
 struct PlannedParam {

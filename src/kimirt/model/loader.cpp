@@ -26,12 +26,6 @@ class PlanExecutor final : public io::ReadSink {
   PlanExecutor(const LoadPlan& plan, LoadTarget& target, ExpertStream& experts)
       : plan_(plan), target_(target), experts_(experts), written_(new std::atomic<uint64_t>[plan.dests().size()]) {
     for (size_t d = 0; d < plan.dests().size(); ++d) written_[d].store(0);
-    scale_codes_.reserve(plan.dests().size());
-    for (const PlannedDest& dest : plan.dests()) {
-      const quant::WeightFormat format = plan.params()[dest.param].format;
-      const quant::Component& c = quant::format_components(format)[static_cast<size_t>(dest.component)];
-      scale_codes_.push_back(quant::block_scale_code(format, c, dest.dtype));
-    }
     // Created up front, so that the I/O threads only look entries up (no insertion races).
     for (size_t r = 0; r < plan.reads().size(); ++r) {
       if (plan.reads()[r].check_values || plan.reads()[r].check_scales_whole) scratch_[r];
@@ -54,8 +48,7 @@ class PlanExecutor final : public io::ReadSink {
       whole.src = scratch.data();
       whole.src_pitch = whole.width = read.length;
       whole.rows = 1;
-      with_context([&] { return fmt::format("{}: {}", read.shard->path().filename().string(), read.key); },
-                   [&] { check_scales(read, whole, 0); });
+      with_context([&] { return where(read); }, [&] { check_scales(read, whole, 0); });
       std::vector<uint8_t>().swap(scratch);
       return;
     }
@@ -133,15 +126,16 @@ class PlanExecutor final : public io::ReadSink {
       w.width = hi - lo;
       w.rows = rows;
       w.staging_slot = staging_slot;
-      if (scale_codes_[b.dest] != quant::ScaleCode::kNone && !read.check_scales_whole) {
-        const uint64_t trimmed = read.offset - read.shard->absolute_offset(*read.info);
-        with_context([&] { return fmt::format("{}: {}", read.shard->path().filename().string(), read.key); },
-                     [&] { check_scales(read, w, trimmed + a + (w.src - data)); });
-      }
       // The target (a failed device copy, say) does not know which tensor it was moving; the name is formatted
       // only then (this runs for every staged piece).
-      with_context([&] { return fmt::format("{}: {}", read.shard->path().filename().string(), read.key); },
-                   [&] { target_.write(w); });
+      with_context([&] { return where(read); },
+                   [&] {
+                     if (plan_.dests()[b.dest].scale != quant::ScaleCode::kNone && !read.check_scales_whole) {
+                       const uint64_t trimmed = read.offset - read.shard->absolute_offset(*read.info);
+                       check_scales(read, w, trimmed + a + (w.src - data));
+                     }
+                     target_.write(w);
+                   });
       bytes += w.width * rows;
       i += rows;
     }
@@ -150,11 +144,16 @@ class PlanExecutor final : public io::ReadSink {
     if (slot >= 0) experts_.landed(slot, bytes);
   }
 
+  // "shard: key", what an error while moving a read's bytes is prefixed with.
+  static std::string where(const PlannedRead& read) {
+    return fmt::format("{}: {}", read.shard->path().filename().string(), read.key);
+  }
+
   // A block scale that decodes to NaN or infinity is refused (its weights would be so, silently); E8M0 code
   // 0x00, which readers decode differently, is counted (LoadStats::e8m0_zero_scales). `offset`: the byte of
   // the stored tensor that w's first row starts at (one-byte codes come piece by piece, wider scales whole).
   void check_scales(const PlannedRead& read, const StagedWrite& w, uint64_t offset) {
-    const quant::ScaleCode code = scale_codes_[w.dest];
+    const quant::ScaleCode code = plan_.dests()[w.dest].scale;
     const DType dtype = read.info->dtype;
     const uint64_t element = static_cast<uint64_t>(dtype_bits(dtype) / 8);
     uint64_t zeros = 0;
@@ -186,7 +185,6 @@ class PlanExecutor final : public io::ReadSink {
   ExpertStream& experts_;
   std::unique_ptr<std::atomic<uint64_t>[]> written_;
   std::unordered_map<uint64_t, std::vector<uint8_t>> scratch_;  // reads whose values are checked (A_log)
-  std::vector<quant::ScaleCode> scale_codes_;                   // per destination
   std::atomic<uint64_t> e8m0_zeros_{0};
 };
 
