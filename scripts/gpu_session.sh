@@ -56,7 +56,8 @@ if [[ -z "${SKIP_TESTS:-}" ]]; then
     tests_rc=$?
     note "tests: rc=$tests_rc in $(( $(date +%s) - start )) s: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1)"
     # Skips are legitimate only for hardware this machine lacks (two GPUs, say): named, so a reader can tell.
-    note "skipped: $(grep -cE '^[[:space:]]*[0-9]+ - .*\(Skipped\)' "$OUT/tests.log") $(grep -E '^[[:space:]]*[0-9]+ - .*\(Skipped\)' "$OUT/tests.log" | sed -E 's/^[[:space:]]*[0-9]+ - //; s/ \(Skipped\)//' | tr '\n' ' ')"
+    skipped=$(grep -E '^[[:space:]]*[0-9]+ - .*\(Skipped\)' "$OUT/tests.log" | sed -E 's/^[[:space:]]*[0-9]+ - //; s/ \(Skipped\)//')
+    note "skipped: $(grep -c . <<<"$skipped") $(tr '\n' ' ' <<<"$skipped")"
     grep -E "\(Failed\)|\(Timeout\)|\*\*\*Exception" "$OUT/tests.log" | head -30 | tee -a "$summary"
   fi
 fi
