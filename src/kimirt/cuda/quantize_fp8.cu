@@ -1,4 +1,5 @@
-// E4M3 quantization kernels: a half-warp per 128-wide activation group, one block per 128×128 weight block.
+// E4M3 quantization kernels: a half-warp per 4 rows of a 128-wide activation group, one block per 128×128
+// weight block.
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
 #include "kimirt/cuda/fp8_group.cuh"
@@ -10,28 +11,47 @@ namespace {
 
 using detail::bf16;
 
-// Half-warp h of the grid handles (group = h / m_pad, row = h % m_pad); its lane l holds inputs 8l..8l+7: one
-// 16-byte load and one 8-byte store per lane, the codes converted two per instruction (quantize_group8, as
-// glu_fp8's). At [4096, 7168] this runs at 0.66 of the copy bandwidth; a warp per group (8-byte loads, a code
-// per conversion) ran at 0.42, a warp loading 8 groups before reducing any at 0.40, and the half-warps in
-// row-major order at 0.64 (PERF.md, 2026-11-30). Past the last group a half-warp still takes part in the other
+// Half-warp h of the grid handles kActRows consecutive rows of one 128-wide group (group-major: the tasks
+// (group, row) in that order, h taking tasks kActRows·h ..; m_pad is a multiple of 4, so they never straddle
+// two groups); its lane l holds inputs 8l..8l+7 of each row. All the rows' 16-byte loads are issued before
+// the first reduction: with one row per half-warp (one load per thread in flight) this ran at 0.66 of the copy
+// bandwidth at [4096, 7168]; a warp per group at 0.42, a warp loading 8 groups before reducing any at 0.40,
+// the half-warps in row-major order at 0.64 (PERF.md, 2026-11-30). The codes are converted two per
+// instruction (quantize_group8, as glu_fp8's). Past the last task a half-warp still takes part in the other
 // half's shuffles (quantize_group8 reduces over the whole warp's mask), on zeros, and stores nothing.
+constexpr int kActRows = 4;
+static_assert(kActRows <= 16 && 4 % kActRows == 0, "a half-warp's rows never straddle a group (m_pad % 4 == 0)");
+
 __global__ void quantize_act_kernel(const bf16* __restrict__ x, int64_t ldx, int64_t m, int64_t m_pad, int64_t k,
                                     uint8_t* __restrict__ xq, float* __restrict__ scales) {
-  // Group-major: the half-warps of a block take consecutive rows of one group, so their scales (one float
-  // per row of the group's column) are stored together; 32-bit index math (the launcher bounds the tasks).
-  const uint32_t half = (blockIdx.x * blockDim.x + threadIdx.x) >> 4;
+  // 32-bit index math: the launcher bounds the tasks.
+  const uint32_t task0 = ((blockIdx.x * blockDim.x + threadIdx.x) >> 4) * kActRows;
   const int lane = threadIdx.x & 15;
-  const bool live = half < static_cast<uint32_t>(m_pad * (k / 128));
-  const int64_t group = live ? half / static_cast<uint32_t>(m_pad) : 0;
-  const int64_t row = live ? half % static_cast<uint32_t>(m_pad) : 0;
-  float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-  if (live && row < m) detail::unpack8(detail::load16(x + row * ldx + group * 128 + lane * 8), v);
-  float scale;
-  const uint2 codes = detail::quantize_group8(v, &scale);
+  const bool live = task0 < static_cast<uint32_t>(m_pad * (k / 128));
+  const int64_t group = live ? task0 / static_cast<uint32_t>(m_pad) : 0;
+  const int64_t row0 = live ? task0 % static_cast<uint32_t>(m_pad) : 0;
+  uint4 raw[kActRows];
+#pragma unroll
+  for (int i = 0; i < kActRows; ++i) {
+    raw[i] = make_uint4(0, 0, 0, 0);  // zeros quantize to code 0 under scale 1: the padding rows' contents
+    if (live && row0 + i < m) raw[i] = detail::load16(x + (row0 + i) * ldx + group * 128 + lane * 8);
+  }
+  uint2 codes[kActRows];
+  float scale[kActRows];
+#pragma unroll
+  for (int i = 0; i < kActRows; ++i) {
+    float v[8];
+    detail::unpack8(raw[i], v);
+    codes[i] = detail::quantize_group8(v, &scale[i]);
+  }
   if (!live) return;
-  *reinterpret_cast<uint2*>(xq + row * k + group * 128 + lane * 8) = codes;
-  if (lane == 0) scales[group * m_pad + row] = scale;
+#pragma unroll
+  for (int i = 0; i < kActRows; ++i) *reinterpret_cast<uint2*>(xq + (row0 + i) * k + group * 128 + lane * 8) = codes[i];
+  // The rows' scales are adjacent (one column of the group): lane i stores row i's.
+  float mine = scale[0];
+#pragma unroll
+  for (int i = 1; i < kActRows; ++i) mine = lane == i ? scale[i] : mine;
+  if (lane < kActRows) scales[group * m_pad + row0 + lane] = mine;
 }
 
 // One block of 256 threads per 128×128 weight block; thread t covers row t / 2 of the block, 64 columns.
@@ -87,10 +107,10 @@ void quantize_fp8_act(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, 
   KIMIRT_CUDA_REQUIRE(detail::aligned16(x) && (reinterpret_cast<uintptr_t>(xq) & 7u) == 0,
                       "quantize_fp8_act: x must be 16-byte and xq 8-byte aligned");
   const int64_t m_pad = fp8_pad_m(m);
-  const int64_t halves = m_pad * (k / 128);
+  const int64_t tasks = m_pad * (k / 128);  // (group, row) pairs, kActRows per half-warp
   const int threads = 256;
-  const int64_t blocks = (halves * 16 + threads - 1) / threads;
-  KIMIRT_CUDA_REQUIRE(halves < (1ll << 28), "quantize_fp8_act: m ", m, " x k ", k, " too large");
+  const int64_t blocks = (tasks / kActRows * 16 + threads - 1) / threads;
+  KIMIRT_CUDA_REQUIRE(tasks < (1ll << 30), "quantize_fp8_act: m ", m, " x k ", k, " too large");
   quantize_act_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(x, ldx, m, m_pad, k, xq, scales);
   KIMIRT_CUDA_CHECK_LAUNCH();
 }

@@ -20,7 +20,9 @@ using detail::bf16;
 // rows per SM are in flight. Then two passes over shared memory (sum of squares, then normalize).
 constexpr int kNormThreads = 128;
 // The FP8 output's block: its second pass quantizes per 128-group (shuffles, a division per value), so a row
-// gets more threads and fewer rounds. 256 measured best of 128 / 256 / 512 (PERF.md, 2026-11-30, machine CH).
+// gets more threads and fewer rounds. 256 measured within 2% of the best (224) of 128 / 224 / 256 / 512; two
+// rows per block, the second's copy landing while the first is computed, ran 10% slower (PERF.md, 2026-11-30,
+// machine CK).
 constexpr int kNormFp8Threads = 256;
 
 // Where the normalized row goes: bf16 `out`, or (an FP8 GEMM's input) E4M3 codes `xq` [rows_pad, dim] and
@@ -33,6 +35,20 @@ struct NormOut {
   float* scales = nullptr;
   int64_t rows = 0, rows_pad = 0;
 };
+
+// The norm of 8 values: bf16(bf16(x · rs) · w), the CPU reference's two roundings, on bf16 pairs. The
+// product of two bf16 values is exact in fp32, so the fp32 multiply and a rounding give what one correctly
+// rounded bf16 multiply gives: per pair one packed conversion and one HMUL2, where the fp32 form took two
+// unpacks of w, two multiplies and two roundings more.
+__device__ __forceinline__ uint4 normalize8(const uint4& x, float rs, const uint4& w) {
+  float v[8];
+  detail::unpack8(x, v);
+  const uint32_t wp[4] = {w.x, w.y, w.z, w.w};
+  uint32_t y[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) y[i] = detail::mul_bf16x2(detail::cvt_bf16x2(v[2 * i] * rs, v[2 * i + 1] * rs), wp[i]);
+  return uint4{y[0], y[1], y[2], y[3]};
+}
 
 template <bool kFp8, int kThreads>
 __global__ void __launch_bounds__(kThreads)
@@ -72,9 +88,10 @@ __global__ void __launch_bounds__(kThreads)
       float r[8];
       detail::unpack8(row_s[vectors + vi], r);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = detail::round_bf16(v[j] + r[j]);
+      for (int j = 0; j < 8; ++j) v[j] += r[j];
       const uint4 packed = detail::pack8(v);
-      row_s[vi] = packed;  // read back by this same thread below
+      detail::unpack8(packed, v);  // the sum as stored, in bf16
+      row_s[vi] = packed;          // read back by this same thread below
       if (sum_out) detail::store16(sum_out + row * ld_sum + vi * 8, packed);
     }
 #pragma unroll
@@ -83,37 +100,41 @@ __global__ void __launch_bounds__(kThreads)
   const float total = detail::block_sum(ss, scratch);
   const float rs = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
   if constexpr (!kFp8) {
-    for (int vi = threadIdx.x; vi < vectors; vi += kThreads) {
-      float v[8], wf[8], y[8];
-      detail::unpack8(row_s[vi], v);
-      detail::unpack8(detail::ldg16(w + vi * 8), wf);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) y[j] = detail::round_bf16(v[j] * rs) * wf[j];
-      detail::store16(o.out + row * o.ld_out + vi * 8, detail::pack8(y));
-    }
+    for (int vi = threadIdx.x; vi < vectors; vi += kThreads)
+      detail::store16(o.out + row * o.ld_out + vi * 8, normalize8(row_s[vi], rs, detail::ldg16(w + vi * 8)));
   } else {
-    // Half-warp h holds the 16 vectors of one 128-group (dim is a multiple of 128, kThreads of 16). Every
-    // thread runs every round, so that both halves of a warp take part in the group's shuffles.
-    for (int base = 0; base < vectors; base += kThreads) {
-      const int vi = base + static_cast<int>(threadIdx.x);
-      const bool live = vi < vectors;
-      float y[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-      if (live) {
-        float v[8], wf[8];
-        detail::unpack8(row_s[vi], v);
-        detail::unpack8(detail::ldg16(w + vi * 8), wf);
+    // A quarter-warp holds one 128-group, lane l its vectors l and l + 8 (16 values: the group's scalar work
+    // spread over twice the values of a half-warp's 8; the 8 lanes' loads of one vector are contiguous, so
+    // shared memory serves them without conflicts). Every thread runs every round, so that all lanes of a warp
+    // take part in the groups' shuffles (dim is a multiple of 128, kThreads of 32).
+    const int slots = vectors / 2;  // (group, lane) pairs
+    uint8_t* xq_row = o.xq + row * dim;
+    float* scale_col = o.scales + row;
+    for (int base = 0; base < slots; base += kThreads) {
+      const int slot = base + static_cast<int>(threadIdx.x);
+      const bool live = slot < slots;
+      const int v0 = (slot / 8) * 16 + slot % 8, v1 = v0 + 8;
+      float y[16];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) y[j] = detail::round_bf16(detail::round_bf16(v[j] * rs) * wf[j]);
+      for (int j = 0; j < 16; ++j) y[j] = 0.0f;
+      if (live) {
+        float a[8], b[8];
+        detail::unpack8(normalize8(row_s[v0], rs, detail::ldg16(w + v0 * 8)), a);
+        detail::unpack8(normalize8(row_s[v1], rs, detail::ldg16(w + v1 * 8)), b);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) y[j] = a[j], y[8 + j] = b[j];
       }
       float scale;
-      const uint2 codes = detail::quantize_group8(y, &scale);
+      uint32_t codes[4];
+      detail::quantize_group(y, &scale, codes);
       if (!live) continue;
-      *reinterpret_cast<uint2*>(o.xq + row * dim + vi * 8) = codes;
-      if (vi % 16 == 0) o.scales[(vi / 16) * o.rows_pad + row] = scale;
+      *reinterpret_cast<uint2*>(xq_row + v0 * 8) = uint2{codes[0], codes[1]};
+      *reinterpret_cast<uint2*>(xq_row + v1 * 8) = uint2{codes[2], codes[3]};
+      if (slot % 8 == 0) scale_col[(slot / 8) * o.rows_pad] = scale;
     }
   }
 }
-static_assert(kNormFp8Threads % 16 == 0, "a 128-group per half-warp");
+static_assert(kNormFp8Threads % 32 == 0, "whole warps: 4 groups per warp");
 
 __device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) { detail::unpack8(detail::ldcs16(p), f); }
 __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
