@@ -42,6 +42,13 @@ void dense_suite(Context& ctx) {
         rms_norm_fp8(ctx.stream, x.as<bf16>(), H, w.as<bf16>(), q.as<uint8_t>(), s.as<float>(), t, H, 1e-5f);
       });
       ctx.add({"dense", fmt::format("rms_norm [{}, {}] fp8 out", t, H), us, t * H * (2.0 + 1.0 + 4.0 / 128), 0, ""});
+      // With the residual: x and r read, the sum written back over r, the codes and scales written.
+      us = time_us(ctx, [&] {
+        add_rms_norm_fp8(ctx.stream, x.as<bf16>(), H, r.as<bf16>(), H, r.as<bf16>(), H, w.as<bf16>(), q.as<uint8_t>(),
+                         s.as<float>(), t, H, 1e-5f);
+      });
+      ctx.add(
+          {"dense", fmt::format("add_rms_norm [{}, {}] fp8 out", t, H), us, t * H * (6.0 + 1.0 + 4.0 / 128), 0, ""});
     }
 
     // AttnRes over 9 candidates (the final mix) + norm.

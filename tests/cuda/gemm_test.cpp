@@ -2,6 +2,7 @@
 // block-scale paths (cuBLASLt and ours), against fp64 dot products of the same bf16 / e4m3 inputs on sampled outputs.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -571,7 +572,9 @@ TEST(Gemm, Fp8BlockScaleAgainstDequantizedReference) {
 
 // Groups whose largest magnitude is so small that 1/scale overflows (below about 1.3e-36: bf16 holds such
 // values, normal and subnormal) quantize as the host does, v / scale, instead of to NaN codes; a zero group
-// keeps scale 1.
+// keeps scale 1. Row 2 holds two groups a little larger, each with a quotient v / scale on an e4m3 rounding tie
+// or one float step above one, which the refined product (div_by) rounds to the other side of the tie when the
+// scale is that small (fp8_group.cuh).
 TEST(Gemm, Fp8ActQuantizerTinyGroups) {
   KIMIRT_REQUIRE_GPU();
   const int64_t m = 3, k = 384;
@@ -580,6 +583,12 @@ TEST(Gemm, Fp8ActQuantizerTinyGroups) {
     x[j] *= 1e-37f;         // row 0, group 0: normal bf16 values, amax/448 below 2^-126
     x[128 + j] *= 1e-39f;   // row 0, group 1: subnormal
     x[k + 256 + j] = 0.0f;  // row 1, group 2: zeros
+  }
+  for (int g = 0; g < 2; ++g) {
+    float* group = x.data() + 2 * k + g * 128;
+    const float amax = g == 0 ? std::ldexp(23.0f, -122) : std::ldexp(31.0f, -121);
+    const float tie = g == 0 ? std::ldexp(69.0f, -133) : std::ldexp(93.0f, -130);
+    for (int64_t j = 0; j < 128; ++j) group[j] = j == 0 ? amax : (j % 2 ? tie : -tie);
   }
   std::vector<uint16_t> x16 = test::to_bf16(x);  // rounds x in place: the host sees the device's inputs
   const int64_t mp = fp8_pad_m(m);

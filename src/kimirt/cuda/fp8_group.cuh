@@ -15,16 +15,19 @@ __device__ __forceinline__ uint8_t e4m3(float f) {
 }
 
 // a / b correctly rounded, from r = RN(1 / b): one FMA-refined product (Markstein) instead of the division
-// sequence per value. Exact for the quotients here (|a / b| <= 448) while r is finite and not 0, so the codes
-// equal those of v / scale on the host bit for bit.
+// sequence per value. Exact for the quotients here (|a / b| <= 448) while r is below 2^90, so the codes equal
+// those of v / scale on the host bit for bit. For smaller scales the residual fma(-q, b, a) of a value near
+// the bottom of the float range underflows and loses bits: with amax = 23 · 2^-122 and v = 69 · 2^-133 the
+// quotient comes out one step above the e4m3 rounding tie that v / scale sits on (a review's exhaustive
+// emulation; Gemm.Fp8ActQuantizerTinyGroups holds two such groups).
 __device__ __forceinline__ float div_by(float a, float b, float r) {
   const float q = a * r;
   return fmaf(fmaf(-q, b, a), r, q);
 }
 
-// A 128-wide group held by 128 / N consecutive lanes, N values each (8: a half-warp, 16: a quarter-warp):
-// *scale gets amax / 448 over its 128 values (1 for an all-zero group), codes[i] the lane's values 4i..4i+3
-// as e4m3(v / scale), little-endian (value 4i in the low byte). The shuffles use the whole warp's mask: every
+// A 128-wide group held by 128 / N consecutive lanes (aligned to 128 / N), N values each (8: a half-warp, 16: a
+// quarter-warp): *scale gets amax / 448 over its 128 values (1 for an all-zero group), codes[i] the lane's values
+// 4i..4i+3 as e4m3(v / scale), little-endian (value 4i in the low byte). The shuffles use the whole warp's mask: every
 // lane of the warp must call it. More values per lane spread the group's scalar work (the shuffles, the
 // scale's division, its reciprocal) over more values.
 template <int N>
@@ -39,11 +42,11 @@ __device__ __forceinline__ void quantize_group(const float (&v)[N], float* scale
   *scale = s;
   const float r = 1.0f / s;
   float q[N];
-  // A group whose largest magnitude is below about 1.3e-36 (bf16 holds such values) has r = inf, an infinite
-  // one r = 0: both would turn every code into NaN, so they divide. One test per group, outside the values'
-  // loop: tested per value (inside div_by) it cost a branch and two convergence barriers per value, a third of
-  // rms_norm_fp8's instructions (PERF.md, 2026-11-30, machine CK).
-  if (r > 0.0f && r < INFINITY) {
+  // Groups whose scale is below 2^-90 (bf16 holds such values) divide: div_by is inexact there (above), and
+  // below about 1.3e-36 r = inf, as r = 0 for an infinite amax, would turn every code into NaN. One test per
+  // group, outside the values' loop: tested per value (inside div_by) it cost a branch and two convergence
+  // barriers per value, a third of rms_norm_fp8's instructions (PERF.md, 2026-11-30, machine CK).
+  if (r > 0.0f && r < 0x1p90f) {
 #pragma unroll
     for (int i = 0; i < N; ++i) q[i] = div_by(v[i], s, r);
   } else {

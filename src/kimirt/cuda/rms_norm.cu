@@ -19,7 +19,8 @@ using detail::bf16;
 // it into shared memory: the block's threads never stall issuing loads, and at 14 KiB per K3 row a dozen
 // rows per SM are in flight. Then two passes over shared memory (sum of squares, then normalize).
 constexpr int kNormThreads = 128;
-// The FP8 output's block: its second pass quantizes per 128-group (shuffles, a division per value), so a row
+// The FP8 output's block: its second pass quantizes per 128-group (shuffles, a scale per group, a refined
+// product per value), so a row
 // gets more threads and fewer rounds. 256 measured within 2% of the best (224) of 128 / 224 / 256 / 512; two
 // rows per block, the second's copy landing while the first is computed, ran 10% slower (PERF.md, 2026-11-30,
 // machine CK).
@@ -37,9 +38,10 @@ struct NormOut {
 };
 
 // The norm of 8 values: bf16(bf16(x · rs) · w), the CPU reference's two roundings, on bf16 pairs. The
-// product of two bf16 values is exact in fp32, so the fp32 multiply and a rounding give what one correctly
-// rounded bf16 multiply gives: per pair one packed conversion and one HMUL2, where the fp32 form took two
-// unpacks of w, two multiplies and two roundings more.
+// product of two bf16 values is exact in fp32 (short of overflow, and of products below 2^-134, which round
+// alike either way), so the fp32 multiply and a rounding give what one correctly rounded bf16 multiply gives: per pair
+// one packed conversion and one HMUL2, where the fp32 form took two unpacks of w, two multiplies and two roundings
+// more.
 __device__ __forceinline__ uint4 normalize8(const uint4& x, float rs, const uint4& w) {
   float v[8];
   detail::unpack8(x, v);
@@ -91,7 +93,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int j = 0; j < 8; ++j) v[j] += r[j];
       const uint4 packed = detail::pack8(v);
       detail::unpack8(packed, v);  // the sum as stored, in bf16
-      row_s[vi] = packed;          // read back by this same thread below
+      row_s[vi] = packed;          // read back in the second pass, after block_sum's barriers
       if (sum_out) detail::store16(sum_out + row * ld_sum + vi * 8, packed);
     }
 #pragma unroll
