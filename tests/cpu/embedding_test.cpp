@@ -33,5 +33,14 @@ TEST(CpuEmbedding, OutOfVocabularyIdNamesPositionAndLeavesOutputAlone) {
   EXPECT_THROW(embedding_gather(table.data(), 2, 2, negative, out.data()), Error);
 }
 
+TEST(CpuEmbedding, NullTableOrBadShapeIsAnError) {
+  const std::vector<int32_t> ids = {0};
+  std::vector<float> out(2);
+  EXPECT_THROW(embedding_gather(nullptr, 2, 2, ids, out.data()), Error);
+  const std::vector<float> table = {0, 1, 10, 11};
+  EXPECT_THROW(embedding_gather(table.data(), 2, 0, ids, out.data()), Error);
+  EXPECT_THROW(embedding_gather(table.data(), 2, 2, ids, nullptr), Error);
+}
+
 }  // namespace
 }  // namespace kimirt::cpu

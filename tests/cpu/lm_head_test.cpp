@@ -19,6 +19,16 @@ TEST(CpuLmHead, LogitsAreProductWithVocabRows) {
   EXPECT_EQ(logits, (std::vector<float>{1, 2, 3}));
 }
 
+TEST(CpuLmHead, NullOperandsOrBadShapesAreErrors) {
+  const std::vector<float> x = {1, 2}, w = {1, 0, 0, 1, 1, 1};
+  std::vector<float> logits(3);
+  EXPECT_THROW(lm_head(x.data(), nullptr, 1, 2, 3, logits.data()), Error);
+  EXPECT_THROW(lm_head(nullptr, w.data(), 1, 2, 3, logits.data()), Error);
+  EXPECT_THROW(lm_head(x.data(), w.data(), 1, 2, 0, logits.data()), Error);
+  EXPECT_THROW(lm_head(x.data(), w.data(), -1, 2, 3, logits.data()), Error);
+  lm_head(nullptr, w.data(), 0, 2, 3, nullptr);  // no tokens: nothing to read or write
+}
+
 TEST(CpuLmHead, ArgmaxPicksLowestIndexOnTiesAndSkipsNan) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> tie = {1, 5, 3, 5};

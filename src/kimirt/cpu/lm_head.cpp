@@ -8,6 +8,10 @@
 namespace kimirt::cpu {
 
 void lm_head(const float* x, const float* w, int64_t tokens, int64_t hidden, int64_t vocab, float* logits) {
+  KIMIRT_CHECK(tokens >= 0 && hidden > 0 && vocab > 0, "LM head: tokens {}, hidden {}, vocab {}", tokens, hidden,
+               vocab);
+  if (tokens == 0) return;
+  KIMIRT_CHECK(x && w && logits, "LM head: null hidden states, weight or logits");
   matmul(x, w, logits, tokens, vocab, hidden);
 }
 

@@ -32,32 +32,6 @@ std::vector<int32_t> top_indices(std::span<const float> values, int64_t k) {
   return order;
 }
 
-}  // namespace
-
-void validate(const RouterConfig& cfg) {
-  KIMIRT_CHECK(cfg.num_experts > 0, "num_experts must be positive, got {}", cfg.num_experts);
-  KIMIRT_CHECK(cfg.top_k > 0 && cfg.top_k <= cfg.num_experts,
-               "num_experts_per_token must be in [1, num_experts = {}], got {}", cfg.num_experts, cfg.top_k);
-  KIMIRT_CHECK(cfg.num_expert_group > 0 && cfg.num_experts % cfg.num_expert_group == 0,
-               "num_expert_group ({}) must be positive and divide num_experts ({})", cfg.num_expert_group,
-               cfg.num_experts);
-  KIMIRT_CHECK(cfg.topk_group > 0 && cfg.topk_group <= cfg.num_expert_group,
-               "topk_group must be in [1, num_expert_group = {}], got {}", cfg.num_expert_group, cfg.topk_group);
-  if (grouping_applies(cfg)) {
-    const int64_t per_group = cfg.num_experts / cfg.num_expert_group;
-    // A group is scored by its two best experts.
-    KIMIRT_CHECK(per_group >= 2, "grouped routing needs at least 2 experts per group, got {} ({} experts / {} groups)",
-                 per_group, cfg.num_experts, cfg.num_expert_group);
-    KIMIRT_CHECK(cfg.topk_group * per_group >= cfg.top_k,
-                 "topk_group ({}) x experts per group ({}) is less than num_experts_per_token ({})", cfg.topk_group,
-                 per_group, cfg.top_k);
-  }
-  KIMIRT_CHECK(std::isfinite(cfg.routed_scaling_factor) && cfg.routed_scaling_factor > 0.0f,
-               "routed_scaling_factor must be finite and positive, got {}", cfg.routed_scaling_factor);
-}
-
-namespace {
-
 // select_experts on a validated config.
 void select_validated(const RouterConfig& cfg, const float* scores, const float* correction_bias, int32_t* expert_ids,
                       float* weights) {
@@ -94,6 +68,28 @@ void select_validated(const RouterConfig& cfg, const float* scores, const float*
 }
 
 }  // namespace
+
+void validate(const RouterConfig& cfg) {
+  KIMIRT_CHECK(cfg.num_experts > 0, "num_experts must be positive, got {}", cfg.num_experts);
+  KIMIRT_CHECK(cfg.top_k > 0 && cfg.top_k <= cfg.num_experts,
+               "num_experts_per_token must be in [1, num_experts = {}], got {}", cfg.num_experts, cfg.top_k);
+  KIMIRT_CHECK(cfg.num_expert_group > 0 && cfg.num_experts % cfg.num_expert_group == 0,
+               "num_expert_group ({}) must be positive and divide num_experts ({})", cfg.num_expert_group,
+               cfg.num_experts);
+  KIMIRT_CHECK(cfg.topk_group > 0 && cfg.topk_group <= cfg.num_expert_group,
+               "topk_group must be in [1, num_expert_group = {}], got {}", cfg.num_expert_group, cfg.topk_group);
+  if (grouping_applies(cfg)) {
+    const int64_t per_group = cfg.num_experts / cfg.num_expert_group;
+    // A group is scored by its two best experts.
+    KIMIRT_CHECK(per_group >= 2, "grouped routing needs at least 2 experts per group, got {} ({} experts / {} groups)",
+                 per_group, cfg.num_experts, cfg.num_expert_group);
+    KIMIRT_CHECK(cfg.topk_group * per_group >= cfg.top_k,
+                 "topk_group ({}) x experts per group ({}) is less than num_experts_per_token ({})", cfg.topk_group,
+                 per_group, cfg.top_k);
+  }
+  KIMIRT_CHECK(std::isfinite(cfg.routed_scaling_factor) && cfg.routed_scaling_factor > 0.0f,
+               "routed_scaling_factor must be finite and positive, got {}", cfg.routed_scaling_factor);
+}
 
 void select_experts(const RouterConfig& cfg, const float* scores, const float* correction_bias, int32_t* expert_ids,
                     float* weights) {

@@ -34,8 +34,16 @@ struct NormOut {
   int64_t ld_out = 0;
   uint8_t* xq = nullptr;
   float* scales = nullptr;
-  int64_t rows = 0, rows_pad = 0;
+  int64_t rows = 0, rows_pad = 0;  // the rows normalized; with the padding the FP8 GEMM reads (rows for bf16)
 };
+
+NormOut bf16_out(bf16* out, int64_t ld_out, int64_t rows) {
+  NormOut o;
+  o.out = out;
+  o.ld_out = ld_out;
+  o.rows = o.rows_pad = rows;
+  return o;
+}
 
 // The norm of 8 values: bf16(bf16(x · rs) · w), the CPU reference's two roundings, on bf16 pairs. The
 // product of two bf16 values is exact in fp32 (short of overflow, and of products below 2^-134, which round
@@ -205,9 +213,9 @@ void check_rows(const char* op, const void* x, int64_t ldx, const void* res, int
 }
 
 void launch_rms(cudaStream_t stream, const bf16* x, int64_t ldx, const bf16* res, int64_t ld_res, bf16* sum,
-                int64_t ld_sum, const bf16* w, const NormOut& o, int64_t rows, int64_t dim, float eps) {
+                int64_t ld_sum, const bf16* w, const NormOut& o, int64_t dim, float eps) {
   const bool fp8 = o.xq != nullptr;
-  const int64_t blocks = fp8 ? o.rows_pad : rows;
+  const int64_t blocks = fp8 ? o.rows_pad : o.rows;
   if (blocks == 0) return;
   const int smem = static_cast<int>(dim / 8 * 16 * (res ? 2 : 1));
   const auto kernel = fp8 ? rms_norm_kernel<true, kNormFp8Threads> : rms_norm_kernel<false, kNormThreads>;
@@ -231,7 +239,7 @@ void launch_rms_fp8(const char* op, cudaStream_t stream, const bf16* x, int64_t 
   o.scales = scales;
   o.rows = rows;
   o.rows_pad = fp8_pad_m(rows);
-  launch_rms(stream, x, ldx, res, ld_res, sum, ld_sum, w, o, rows, dim, eps);
+  launch_rms(stream, x, ldx, res, ld_res, sum, ld_sum, w, o, dim, eps);
 }
 
 template <typename InT>
@@ -271,7 +279,7 @@ void launch_gated(cudaStream_t stream, const InT* x, int64_t ldx, const bf16* ga
 void rms_norm(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, __nv_bfloat16* out,
               int64_t ld_out, int64_t rows, int64_t dim, float eps) {
   check_rows("rms_norm", x, ldx, nullptr, 0, nullptr, 0, w, out, ld_out, rows, dim);
-  launch_rms(stream, x, ldx, nullptr, 0, nullptr, 0, w, NormOut{out, ld_out}, rows, dim, eps);
+  launch_rms(stream, x, ldx, nullptr, 0, nullptr, 0, w, bf16_out(out, ld_out, rows), dim, eps);
 }
 
 void rms_norm_fp8(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* w, uint8_t* xq,
@@ -291,7 +299,7 @@ void add_rms_norm(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, cons
                   int64_t ld_out, int64_t rows, int64_t dim, float eps) {
   KIMIRT_CUDA_REQUIRE(residual, "add_rms_norm: residual is null");
   check_rows("add_rms_norm", x, ldx, residual, ld_res, sum_out, ld_sum, w, out, ld_out, rows, dim);
-  launch_rms(stream, x, ldx, residual, ld_res, sum_out, ld_sum, w, NormOut{out, ld_out}, rows, dim, eps);
+  launch_rms(stream, x, ldx, residual, ld_res, sum_out, ld_sum, w, bf16_out(out, ld_out, rows), dim, eps);
 }
 
 void rms_norm_gated(cudaStream_t stream, const __nv_bfloat16* x, int64_t ldx, const __nv_bfloat16* gate,
