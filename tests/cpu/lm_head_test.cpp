@@ -26,6 +26,8 @@ TEST(CpuLmHead, NullOperandsOrBadShapesAreErrors) {
   EXPECT_THROW(lm_head(nullptr, w.data(), 1, 2, 3, logits.data()), Error);
   EXPECT_THROW(lm_head(x.data(), w.data(), 1, 2, 0, logits.data()), Error);
   EXPECT_THROW(lm_head(x.data(), w.data(), -1, 2, 3, logits.data()), Error);
+  EXPECT_THROW(lm_head(x.data(), w.data(), 1, 0, 3, logits.data()), Error);
+  EXPECT_THROW(lm_head(x.data(), w.data(), 1, 2, 3, nullptr), Error);
   lm_head(nullptr, w.data(), 0, 2, 3, nullptr);  // no tokens: nothing to read or write
 }
 
