@@ -35,37 +35,31 @@ class PlanExecutor final : public io::ReadSink {
   void consume(const io::Piece& piece) override {
     const PlannedRead& read = plan_.reads()[piece.id];
     if (read.check_scales_whole) {
-      // Delivered as it comes (copies from the staging ring stay asynchronous) and gathered (the pieces of a read
-      // arrive in order from one thread: no lock), then checked once whole: a bad scale fails the load, and the
-      // target drops what it got.
-      auto& scratch = scratch_.at(piece.id);
-      if (piece.range_offset == 0) scratch.resize(read.length);
-      std::memcpy(scratch.data() + piece.range_offset, piece.data, piece.size);
+      // Delivered as it comes (copies from the staging ring stay asynchronous) and gathered, then checked once
+      // whole: a bad scale fails the load, and the target drops what it got.
+      std::vector<uint8_t>* scratch = gather(read, piece);
       deliver(read, piece.data, piece.range_offset, piece.size, piece.staging_slot);
-      if (piece.range_offset + piece.size < read.length) return;
+      if (!scratch) return;
       StagedWrite whole;
       whole.dest = read.blocks.front().dest;
-      whole.src = scratch.data();
+      whole.src = scratch->data();
       whole.src_pitch = whole.width = read.length;
       whole.rows = 1;
       with_context([&] { return where(read); }, [&] { check_scales(read, whole, 0); });
-      std::vector<uint8_t>().swap(scratch);
+      std::vector<uint8_t>().swap(*scratch);
       return;
     }
     if (!read.check_values) {
       deliver(read, piece.data, piece.range_offset, piece.size, piece.staging_slot);
       return;
     }
-    // Pieces of one read arrive in order from one thread, so its scratch needs no lock.
-    auto& scratch = scratch_.at(piece.id);
-    if (piece.range_offset == 0) scratch.resize(read.length);
-    std::memcpy(scratch.data() + piece.range_offset, piece.data, piece.size);
-    if (piece.range_offset + piece.size < read.length) return;
-    const TensorView stored(read.info->dtype, read.info->shape, scratch.data());
+    std::vector<uint8_t>* scratch = gather(read, piece);
+    if (!scratch) return;
+    const TensorView stored(read.info->dtype, read.info->shape, scratch->data());
     with_context([&] { return read.shard->path().filename().string(); },
                  [&] { (void)plan_.schema().normalize(*read.spec, read.source, read.component, stored, read.key); });
-    deliver(read, scratch.data(), 0, read.length, -1);
-    std::vector<uint8_t>().swap(scratch);
+    deliver(read, scratch->data(), 0, read.length, -1);
+    std::vector<uint8_t>().swap(*scratch);
   }
 
   bool asynchronous() const override { return target_.writes_async(); }
@@ -144,6 +138,15 @@ class PlanExecutor final : public io::ReadSink {
     if (slot >= 0) experts_.landed(slot, bytes);
   }
 
+  // Copies a piece into its read's scratch (the pieces of one read arrive in order from one thread, so it needs
+  // no lock); the whole read once its last piece is in, else null.
+  std::vector<uint8_t>* gather(const PlannedRead& read, const io::Piece& piece) {
+    auto& scratch = scratch_.at(piece.id);
+    if (piece.range_offset == 0) scratch.resize(read.length);
+    std::memcpy(scratch.data() + piece.range_offset, piece.data, piece.size);
+    return piece.range_offset + piece.size < read.length ? nullptr : &scratch;
+  }
+
   // "shard: key", what an error while moving a read's bytes is prefixed with.
   static std::string where(const PlannedRead& read) {
     return fmt::format("{}: {}", read.shard->path().filename().string(), read.key);
@@ -184,7 +187,7 @@ class PlanExecutor final : public io::ReadSink {
   LoadTarget& target_;
   ExpertStream& experts_;
   std::unique_ptr<std::atomic<uint64_t>[]> written_;
-  std::unordered_map<uint64_t, std::vector<uint8_t>> scratch_;  // reads whose values are checked (A_log)
+  std::unordered_map<uint64_t, std::vector<uint8_t>> scratch_;  // reads checked whole (A_log, float scales)
   std::atomic<uint64_t> e8m0_zeros_{0};
 };
 
