@@ -25,11 +25,11 @@ __device__ __forceinline__ float div_by(float a, float b, float r) {
   return fmaf(fmaf(-q, b, a), r, q);
 }
 
-// A 128-wide group held by 128 / N consecutive lanes (aligned to 128 / N), N values each (8: a half-warp, 16: a
-// quarter-warp): *scale gets amax / 448 over its 128 values (1 for an all-zero group), codes[i] the lane's values
-// 4i..4i+3 as e4m3(v / scale), little-endian (value 4i in the low byte). The shuffles use the whole warp's mask: every
-// lane of the warp must call it. More values per lane spread the group's scalar work (the shuffles, the
-// scale's division, its reciprocal) over more values.
+// A 128-wide group held by 128 / N consecutive lanes (aligned to 128 / N), N values each (8: a half-warp,
+// 16: a quarter-warp): *scale gets amax / 448 over its 128 values (1 for an all-zero group), codes[i] the
+// lane's values 4i..4i+3 as e4m3(v / scale), little-endian (value 4i in the low byte). The shuffles use the
+// whole warp's mask: every lane of the warp must call it. More values per lane spread the group's scalar work
+// (the shuffles, the scale's division, its reciprocal) over more values.
 template <int N>
 __device__ __forceinline__ void quantize_group(const float (&v)[N], float* scale, uint32_t (&codes)[N / 4]) {
   static_assert(N == 8 || N == 16, "a 128-group over 16 or 8 lanes");

@@ -20,10 +20,9 @@ using detail::bf16;
 // rows per SM are in flight. Then two passes over shared memory (sum of squares, then normalize).
 constexpr int kNormThreads = 128;
 // The FP8 output's block: its second pass quantizes per 128-group (shuffles, a scale per group, a refined
-// product per value), so a row
-// gets more threads and fewer rounds. 256 measured within 2% of the best (224) of 128 / 224 / 256 / 512; two
-// rows per block, the second's copy landing while the first is computed, ran 10% slower (PERF.md, 2026-11-30,
-// machine CK).
+// product per value), so a row gets more threads and fewer rounds. 256 measured within 2% of the best (224) of
+// 128 / 224 / 256 / 512; two rows per block, the second's copy landing while the first is computed, ran 10%
+// slower (PERF.md, 2026-11-30, machine CK).
 constexpr int kNormFp8Threads = 256;
 
 // Where the normalized row goes: bf16 `out`, or (an FP8 GEMM's input) E4M3 codes `xq` [rows_pad, dim] and
@@ -47,9 +46,9 @@ NormOut bf16_out(bf16* out, int64_t ld_out, int64_t rows) {
 
 // The norm of 8 values: bf16(bf16(x · rs) · w), the CPU reference's two roundings, on bf16 pairs. The
 // product of two bf16 values is exact in fp32 (short of overflow, and of products below 2^-134, which round
-// alike either way), so the fp32 multiply and a rounding give what one correctly rounded bf16 multiply gives: per pair
-// one packed conversion and one HMUL2, where the fp32 form took two unpacks of w, two multiplies and two roundings
-// more.
+// alike either way), so the fp32 multiply and a rounding give what one correctly rounded bf16 multiply gives:
+// per pair one packed conversion and one HMUL2, where the fp32 form took two unpacks of w, two multiplies and
+// two roundings more.
 __device__ __forceinline__ uint4 normalize8(const uint4& x, float rs, const uint4& w) {
   float v[8];
   detail::unpack8(x, v);
