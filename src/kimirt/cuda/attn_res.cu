@@ -193,37 +193,31 @@ __device__ __forceinline__ float mix_candidates(const uint4* slot, int count, in
           for (int j = 0; j < 8; ++j) h[v][j] += alpha[i] * f[j];
         }
       }
+      const uint4 packed = detail::pack8(h[v]);
+      detail::unpack8(packed, h[v]);  // h as stored, in bf16
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        h[v][j] = detail::round_bf16(h[v][j]);
-        ss += h[v][j] * h[v][j];
-      }
-      if (mixed_row) detail::store16(mixed_row + vi * 8, detail::pack8(h[v]));
+      for (int j = 0; j < 8; ++j) ss += h[v][j] * h[v][j];
+      if (mixed_row) detail::store16(mixed_row + vi * 8, packed);
     }
   }
   return ss;
 }
 
-// y = bf16(h · rs) · w, written to `normed_row`.
+// y = bf16(bf16(h · rs) · w), written to `normed_row`.
 template <int VPT, int THREADS>
-__device__ __forceinline__ void store_normed(const float (&h)[VPT][8], const float (&wf)[VPT][8], float rs, int mine,
+__device__ __forceinline__ void store_normed(const float (&h)[VPT][8], const uint4 (&w8)[VPT], float rs, int mine,
                                              bf16* normed_row) {
 #pragma unroll
   for (int v = 0; v < VPT; ++v) {
     const int vi = threadIdx.x + v * THREADS;
-    if (vi < mine) {
-      float y[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) y[j] = detail::round_bf16(h[v][j] * rs) * wf[v][j];
-      detail::store16(normed_row + vi * 8, detail::pack8(y));
-    }
+    if (vi < mine) detail::store16(normed_row + vi * 8, detail::normalize8(h[v], rs, w8[v]));
   }
 }
 
-// 8 floats per vector of this thread from an fp32 (u) or bf16 (norm weight) vector of the hidden size.
+// This thread's vectors of u (8 floats each) and of the norm weight (8 packed bf16 each).
 template <int VPT, int THREADS>
 __device__ __forceinline__ void load_weights(const float* __restrict__ u, const bf16* __restrict__ w, int first,
-                                             int mine, float (&uf)[VPT][8], float (&wf)[VPT][8]) {
+                                             int mine, float (&uf)[VPT][8], uint4 (&w8)[VPT]) {
 #pragma unroll
   for (int v = 0; v < VPT; ++v) {
     const int vi = threadIdx.x + v * THREADS;
@@ -232,7 +226,7 @@ __device__ __forceinline__ void load_weights(const float* __restrict__ u, const 
       const float4 b = __ldg(reinterpret_cast<const float4*>(u + (first + vi) * 8 + 4));
       uf[v][0] = a.x, uf[v][1] = a.y, uf[v][2] = a.z, uf[v][3] = a.w;
       uf[v][4] = b.x, uf[v][5] = b.y, uf[v][6] = b.z, uf[v][7] = b.w;
-      detail::unpack8(detail::ldg16(w + (first + vi) * 8), wf[v]);
+      w8[v] = detail::ldg16(w + (first + vi) * 8);
     }
   }
 }
@@ -282,8 +276,9 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads)
       }
     }
   }
-  float uf[VPT][8], wf[VPT][8];
-  load_weights<VPT, kThreads>(u, norm_w, first, mine, uf, wf);
+  float uf[VPT][8];
+  uint4 w8[VPT];
+  load_weights<VPT, kThreads>(u, norm_w, first, mine, uf, w8);
   __syncthreads();  // the barriers are initialized
   detail::cluster_arrive_relaxed();
 
@@ -307,7 +302,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads)
                                                mixed ? mixed + token * ld_out + first * 8 : nullptr)};
   exchange_sums<kWarps>(ss, 1, red, inbox_b, &xbars[1], totals, rank);
   const float rs = 1.0f / sqrtf(ss[0] / static_cast<float>(hidden) + norm_eps);
-  store_normed<VPT, kThreads>(h, wf, rs, mine, normed + token * ld_out + first * 8);
+  store_normed<VPT, kThreads>(h, w8, rs, mine, normed + token * ld_out + first * 8);
   // No cluster barrier at the end: both of this block's inboxes have been filled (waited for), and the other
   // block reads nothing of ours.
 }
@@ -369,8 +364,9 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kPipeThreads, 1)
     detail::cp_async_commit();
   };
   for (int k = 0; k < stages; ++k) issue(k);
-  float uf[VPT][8], wf[VPT][8];
-  load_weights<VPT, kPipeThreads>(u, norm_w, first, mine, uf, wf);
+  float uf[VPT][8];
+  uint4 w8[VPT];
+  load_weights<VPT, kPipeThreads>(u, norm_w, first, mine, uf, w8);
 
   for (int64_t k = 0; k < my_tokens; ++k) {
     const int s = static_cast<int>(k % stages);
@@ -402,7 +398,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kPipeThreads, 1)
     issue(k + stages);  // this thread is done reading its bytes of slot s
     cluster_sums<kPipeWarps>(ss, 1, red, partial_b, totals, cluster);
     const float rs = 1.0f / sqrtf(ss[0] / static_cast<float>(hidden) + norm_eps);
-    store_normed<VPT, kPipeThreads>(h, wf, rs, mine, normed + token * ld_out + first * 8);
+    store_normed<VPT, kPipeThreads>(h, w8, rs, mine, normed + token * ld_out + first * 8);
   }
   detail::cp_async_wait<0>();
   cluster.sync();  // keep our shared memory alive until the other block has read it

@@ -43,8 +43,18 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
   return uint4{cvt_bf16x2(f[0], f[1]), cvt_bf16x2(f[2], f[3]), cvt_bf16x2(f[4], f[5]), cvt_bf16x2(f[6], f[7])};
 }
 
-// Round-trip through bf16: what a bf16 tensor stores for f (F2FP and a shift, as above).
-__device__ __forceinline__ float round_bf16(float f) { return __uint_as_float(cvt_bf16x2(0.0f, f) & 0xffff0000u); }
+// An RMSNorm's output for 8 values: bf16(bf16(v · rs) · w) (w: 8 packed bf16 weights), the reference's two
+// roundings, on bf16 pairs. The product of two bf16 values is exact in fp32 (short of overflow, and of products
+// below 2^-134, which round alike either way), so the fp32 multiply and a rounding give what one correctly
+// rounded bf16 multiply gives: per pair one packed conversion and one HMUL2, where the fp32 form took two
+// unpacks of w, two multiplies and two roundings more.
+__device__ __forceinline__ uint4 normalize8(const float (&v)[8], float rs, const uint4& w) {
+  const uint32_t wp[4] = {w.x, w.y, w.z, w.w};
+  uint32_t y[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) y[i] = mul_bf16x2(cvt_bf16x2(v[2 * i] * rs, v[2 * i + 1] * rs), wp[i]);
+  return uint4{y[0], y[1], y[2], y[3]};
+}
 
 __device__ __forceinline__ uint4 load16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ void store16(void* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }

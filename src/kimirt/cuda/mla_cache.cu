@@ -35,11 +35,7 @@ __global__ void kv_norm_append_kernel(const bf16* __restrict__ kv_a, int64_t ld_
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int vi = lane + 32 * i;
-    float wf[8], y[8];
-    detail::unpack8(detail::load16(w + vi * 8), wf);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) y[j] = detail::round_bf16(v[i][j] * rs) * wf[j];
-    const uint4 packed = detail::pack8(y);
+    const uint4 packed = detail::normalize8(v[i], rs, detail::load16(w + vi * 8));
     if (crow) detail::store16(crow + vi * 8, packed);
     if (lrow) detail::store16(lrow + vi * 8, packed);
   }

@@ -44,19 +44,11 @@ NormOut bf16_out(bf16* out, int64_t ld_out, int64_t rows) {
   return o;
 }
 
-// The norm of 8 values: bf16(bf16(x · rs) · w), the CPU reference's two roundings, on bf16 pairs. The
-// product of two bf16 values is exact in fp32 (short of overflow, and of products below 2^-134, which round
-// alike either way), so the fp32 multiply and a rounding give what one correctly rounded bf16 multiply gives:
-// per pair one packed conversion and one HMUL2, where the fp32 form took two unpacks of w, two multiplies and
-// two roundings more.
+// The norm of 8 stored values (detail::normalize8 on their fp32 form).
 __device__ __forceinline__ uint4 normalize8(const uint4& x, float rs, const uint4& w) {
   float v[8];
   detail::unpack8(x, v);
-  const uint32_t wp[4] = {w.x, w.y, w.z, w.w};
-  uint32_t y[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) y[i] = detail::mul_bf16x2(detail::cvt_bf16x2(v[2 * i] * rs, v[2 * i + 1] * rs), wp[i]);
-  return uint4{y[0], y[1], y[2], y[3]};
+  return detail::normalize8(v, rs, w);
 }
 
 template <bool kFp8, int kThreads>
