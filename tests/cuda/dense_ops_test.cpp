@@ -19,6 +19,7 @@
 #include "kimirt/cuda/embedding.h"
 #include "kimirt/cuda/gemm_lt.h"
 #include "kimirt/cuda/quantize_fp8.h"
+#include "kimirt/cuda/random_fill.h"
 #include "kimirt/cuda/rms_norm.h"
 #include "kimirt/cuda/router.h"
 #include "kimirt/cuda/situ.h"
@@ -114,6 +115,49 @@ INSTANTIATE_TEST_SUITE_P(K3AndOdd, NormShapes,
                          ::testing::Values(std::make_pair(4, 7168), std::make_pair(33, 1536), std::make_pair(7, 512),
                                            std::make_pair(3, 3584), std::make_pair(5, 8), std::make_pair(2, 16384),
                                            std::make_pair(1, 2312)));
+
+// The FP8-output norms against the bf16 norms followed by quantize_fp8_act, bit for bit, on a K3 batch: the
+// promise of rms_norm.h. NormShapes checks this on a few rows; here enough rows that an rs one ulp apart (a sum
+// of squares added in another order) shows in some code: the FP8 kernel, with its own stride over the row,
+// differed in a few codes per batch like this one.
+TEST(RmsNormFp8, EqualsTheQuantizedBf16NormOnAFullBatch) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t rows = 4096, dim = 7168, rp = fp8_pad_m(rows), ns = fp8_x_scale_count(rows, dim);
+  DeviceBuffer x(rows * dim * 2), r(rows * dim * 2), w(dim * 2);
+  fill_uniform(x.as<__nv_bfloat16>(), rows * dim, -2.0f, 2.0f, 11, nullptr);
+  fill_uniform(r.as<__nv_bfloat16>(), rows * dim, -1.0f, 1.0f, 12, nullptr);
+  fill_uniform(w.as<__nv_bfloat16>(), dim, 0.5f, 1.5f, 13, nullptr);
+  for (const bool add : {false, true}) {
+    DeviceBuffer out = test::poisoned(rows * dim * 2), sum = test::poisoned(rows * dim * 2),
+                 sum8 = test::poisoned(rows * dim * 2), q = test::poisoned(rp * dim), sc = test::poisoned(ns * 4),
+                 q2 = test::poisoned(rp * dim), sc2 = test::poisoned(ns * 4);
+    const auto* xb = x.as<__nv_bfloat16>();
+    const auto* rb = r.as<__nv_bfloat16>();
+    const auto* wb = w.as<__nv_bfloat16>();
+    if (add) {
+      add_rms_norm(nullptr, xb, dim, rb, dim, sum.as<__nv_bfloat16>(), dim, wb, out.as<__nv_bfloat16>(), dim, rows, dim,
+                   1e-5f);
+      add_rms_norm_fp8(nullptr, xb, dim, rb, dim, sum8.as<__nv_bfloat16>(), dim, wb, q.as<uint8_t>(), sc.as<float>(),
+                       rows, dim, 1e-5f);
+    } else {
+      rms_norm(nullptr, xb, dim, wb, out.as<__nv_bfloat16>(), dim, rows, dim, 1e-5f);
+      rms_norm_fp8(nullptr, xb, dim, wb, q.as<uint8_t>(), sc.as<float>(), rows, dim, 1e-5f);
+    }
+    quantize_fp8_act(nullptr, out.as<__nv_bfloat16>(), dim, rows, dim, q2.as<uint8_t>(), sc2.as<float>());
+    const auto codes = download<uint8_t>(q.data(), rp * dim), want = download<uint8_t>(q2.data(), rp * dim);
+    int64_t differ = 0, first = -1;
+    for (int64_t i = 0; i < rp * dim; ++i) {
+      if (codes[i] != want[i] && differ++ == 0) first = i;
+    }
+    EXPECT_EQ(differ, 0) << (add ? "add_rms_norm_fp8" : "rms_norm_fp8") << ": codes unlike the quantized bf16 norm's, "
+                         << "the first at row " << first / dim << " column " << first % dim;
+    EXPECT_EQ(download<float>(sc.data(), ns), download<float>(sc2.data(), ns))
+        << (add ? "add_rms_norm_fp8" : "rms_norm_fp8");
+    if (add) {
+      EXPECT_EQ(download<uint16_t>(sum8.data(), rows * dim), download<uint16_t>(sum.data(), rows * dim));
+    }
+  }
+}
 
 TEST(RmsNormGated, BothInputTypes) {
   KIMIRT_REQUIRE_GPU();

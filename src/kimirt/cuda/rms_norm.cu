@@ -81,8 +81,12 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   detail::mbar_wait(bar_addr, 0);
+  // The sum of squares in the bf16 kernel's order at every block size: the first kNormThreads threads, each
+  // over vectors tid, tid + kNormThreads, ...; the other warps' zeros leave block_sum's tree as it is with
+  // kNormThreads. So the FP8 output's rs is the bf16 output's to the bit, as rms_norm.h promises (the 256-thread
+  // FP8 kernel's own stride summed in another order: an ulp apart in rs, now and then a bf16 output apart).
   float ss = 0.0f;
-  for (int vi = threadIdx.x; vi < vectors; vi += kThreads) {
+  for (int vi = threadIdx.x < kNormThreads ? threadIdx.x : vectors; vi < vectors; vi += kNormThreads) {
     float v[8];
     detail::unpack8(row_s[vi], v);
     if (res) {
@@ -135,7 +139,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 }
-static_assert(kNormFp8Threads % 32 == 0, "whole warps: 4 groups per warp");
+static_assert(kNormFp8Threads % 32 == 0 && kNormFp8Threads >= kNormThreads,
+              "whole warps: 4 groups per warp; the bf16 kernel's threads for the sum of squares");
 
 __device__ __forceinline__ void load8(const bf16* p, float (&f)[8]) { detail::unpack8(detail::ldcs16(p), f); }
 __device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
