@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <tuple>
 
@@ -339,6 +340,34 @@ TEST(Router, MatchesCpuSelectionAndWeights) {
                Error);
 }
 
+// NaN scores rank below every number, -inf included, and ties (-inf with -inf, NaN with NaN) go to the lower id,
+// on the GPU as on the CPU (cpu/router.cpp). Experts 0-7 finite, 8-15 with NaN logits (NaN biased scores),
+// 16-23 with a -inf correction bias (an expert switched off), 24-31 with a NaN bias; top-16 must take the 8
+// finite experts and then 16-23, not the lower ids 8-15.
+TEST(Router, NanRanksBelowMinusInfinityAsOnTheCpu) {
+  KIMIRT_REQUIRE_GPU();
+  constexpr int kExperts = 32, kTopK = 16;
+  std::vector<float> logits = test::random_vec(kExperts, 7, -4, 4), bias = test::random_vec(kExperts, 8, -0.1f, 0.1f);
+  for (int e = 8; e < 16; ++e) logits[e] = std::numeric_limits<float>::quiet_NaN();
+  for (int e = 16; e < 24; ++e) bias[e] = -INFINITY;
+  for (int e = 24; e < 32; ++e) bias[e] = std::numeric_limits<float>::quiet_NaN();
+  DeviceBuffer dl = upload(logits), db = upload(bias);
+  DeviceBuffer ids = test::poisoned(kTopK * 4), w = test::poisoned(kTopK * 4);
+  router_topk(nullptr, dl.as<float>(), kExperts, db.as<float>(), 1, RouterParams{kExperts, kTopK, true, 1.0f},
+              ids.as<int32_t>(), w.as<float>());
+  std::vector<float> scores(kExperts);
+  for (int e = 0; e < kExperts; ++e) scores[e] = cpu::sigmoid(logits[e]);
+  std::vector<int32_t> rid(kTopK);
+  std::vector<float> rw(kTopK);
+  cpu::select_experts(cpu::RouterConfig{kExperts, kTopK, 1, 1, true, 1.0f}, scores.data(), bias.data(), rid.data(),
+                      rw.data());
+  const auto gid = download<int32_t>(ids.data(), kTopK);
+  EXPECT_EQ(gid, rid);
+  for (int j = 8; j < kTopK; ++j) EXPECT_EQ(gid[j], 8 + j) << "slot " << j << ": the -inf experts in id order";
+  const auto gw = download<float>(w.data(), kTopK);
+  for (int j = 0; j < kTopK; ++j) EXPECT_NEAR(gw[j], rw[j], 1e-6f) << "weight of slot " << j;
+}
+
 TEST(AttnRes, MixAndNormMatchCpu) {
   KIMIRT_REQUIRE_GPU();
   // Both kernel versions; the pipelined one with more tokens than resident clusters (each cluster walks
@@ -414,6 +443,15 @@ TEST(DenseOps, BadArgumentsAreErrorsNamingTheOp) {
         glu(nullptr, Glu{Glu::Kind::kSitu, 0.0f, 25.0f}, p, p + 64, 128, p, 64, 2, 64);
       },
       "activation_situ_beta");
+  // Betas whose reciprocal (or, for the two together, whose product) is not a float: the kernels' 1 / beta would
+  // turn a zero input into 0 · inf = NaN where the CPU gives 0.
+  for (const auto& [beta, linear, needle] :
+       {std::tuple<float, float, const char*>{1e-40f, 25.0f, "activation_situ_beta"},
+        {4.0f, 1e-40f, "activation_situ_linear_beta"},
+        {1e20f, 1e20f, "finite product with beta"},
+        {4.0f, NAN, "activation_situ_linear_beta"}}) {
+    expect_error([&] { glu(nullptr, Glu{Glu::Kind::kSitu, beta, linear}, p, p + 64, 128, p, 64, 2, 64); }, needle);
+  }
   std::vector<const __nv_bfloat16*> cands(13, p);
   expect_error(
       [&] {

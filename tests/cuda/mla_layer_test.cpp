@@ -4,6 +4,7 @@
 // within the ops' 1e-2.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "kimirt/base/error.h"
@@ -434,6 +435,50 @@ TEST(MlaLayer, DecodeStepWaitsForTheSideStream) {
 // hidden 2304 so that the gate is a rows-kernel GEMV (k > 2048). The attention's split then differs from the
 // single-stream step's, so the two agree to rounding, each with the CPU reference; a graph replay repeats
 // the eager side-stream step bit for bit.
+// What the attention would refuse is refused before the step queues anything on either stream: a cache that
+// is not 16-byte aligned, a length the attention's planner cannot split into int32 keys. Checked inside a
+// stream capture: the captured graph has no node.
+TEST(MlaLayer, DecodeStepRefusesBeforeQueuing) {
+  KIMIRT_REQUIRE_GPU();
+  MlaSetup s;
+  Cache cache(1, 4, 51);
+  std::vector<float> x = test::random_vec(s.hidden, 52);
+  DeviceBuffer dx = upload(test::to_bf16(x)), out = test::poisoned(s.hidden * 2);
+  const std::vector<int32_t> slots = {cache.slot(0, 100)}, lens = {101};
+  DeviceBuffer ds = upload(slots), dl = upload(lens);
+  DeviceArena arena(0, 64 << 20);
+  TwoStreams t;
+  MlaCacheView misaligned = cache.view();
+  misaligned.cache += 1;  // 2 bytes off
+  struct Bad {
+    MlaCacheView view;
+    int max_seq_len;
+    const char* needle;
+  };
+  for (const bool two_streams : {false, true}) {
+    for (const Bad& b : {Bad{misaligned, 101, "cache not 16-byte aligned"}, Bad{cache.view(), INT32_MAX, "too long"}}) {
+      SCOPED_TRACE(testing::Message() << b.needle << (two_streams ? ", two streams" : ", one stream"));
+      const MlaSideStream side = t.side();
+      KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal));
+      std::string what = "accepted";
+      try {
+        mla_decode_step(t.linear, arena, t.stream, s.gdims(), s.gweights(), b.view, dx.as<__nv_bfloat16>(), 1,
+                        ds.as<int32_t>(), dl.as<int32_t>(), b.max_seq_len, out.as<__nv_bfloat16>(), false,
+                        two_streams ? &side : nullptr);
+      } catch (const Error& e) {
+        what = e.what();
+      }
+      cudaGraph_t graph = nullptr;
+      KIMIRT_CUDA_CHECK(cudaStreamEndCapture(t.stream, &graph));
+      size_t nodes = 0;
+      KIMIRT_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+      KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+      EXPECT_NE(what.find(b.needle), std::string::npos) << what;
+      EXPECT_EQ(nodes, 0u) << "work queued before the refusal";
+    }
+  }
+}
+
 TEST(MlaLayer, DecodeStepWithTheGateOnItsOwnSms) {
   KIMIRT_REQUIRE_GPU();
   const int sms = query_device(0).sm_count;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -259,6 +260,9 @@ TEST(MlaPrefill, RejectsMissingTotalsAndOutOfRangeStrides) {
   EXPECT_THROW(mla_prefill(nullptr, bad), kimirt::Error);
   bad = a;
   bad.gate = buf.as<__nv_bfloat16>(), bad.ld_gate = 64;  // a row of gates shorter than heads x 128
+  EXPECT_THROW(mla_prefill(nullptr, bad), kimirt::Error);
+  bad = a;
+  bad.scale = -0.1f;  // not replaced by the default, refused
   EXPECT_THROW(mla_prefill(nullptr, bad), kimirt::Error);
   EXPECT_NO_THROW(mla_prefill(nullptr, a));
   KIMIRT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -609,6 +613,28 @@ TEST(MlaDecode, BadArgumentsAreErrors) {
       EXPECT_NE(std::string(e.what()).find("chunk (48) must be a multiple of 32"), std::string::npos) << e.what();
     }
   }
+  // A negative or NaN softmax scale is an error naming it (0 alone means 192^-1/2).
+  a.heads = 1, a.ld_q = 576, a.ld_out = 512;
+  for (const float scale : {-0.1f, NAN, INFINITY}) {
+    a.scale = scale;
+    try {
+      mla_decode(nullptr, a, plan_mla_decode(1, 1, 10, 132), nullptr);
+      ADD_FAILURE() << "scale " << scale << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("scale"), std::string::npos) << e.what();
+    }
+  }
+  // The planner refuses a length whose chunks would pass 2^31 - 1 keys (mla_decode would refuse its plan).
+  for (const int heads : {12, 96}) {
+    try {
+      const MlaDecodePlan p = plan_mla_decode(1, heads, INT32_MAX, 132);
+      ADD_FAILURE() << heads << " heads: planned " << p.splits << " x " << p.chunk;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is too long"), std::string::npos) << e.what();
+    }
+  }
+  const MlaDecodePlan longest = plan_mla_decode(1, 12, (1 << 30), 132);
+  EXPECT_LE(int64_t{longest.splits} * longest.chunk, int64_t{INT32_MAX});
 }
 
 }  // namespace

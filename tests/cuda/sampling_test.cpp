@@ -346,6 +346,14 @@ TEST(Sampling, ValidatesParams) {
   p.min_p = 1.0f;  // the CPU sampler's range: keeps the tokens tied with the most likely one
   EXPECT_NO_THROW(validate(p));
   EXPECT_NO_THROW(validate(SamplingParams{}));
+  // Any finite temperature >= 0, as the CPU sampler takes it; not NaN or infinity.
+  p = {};
+  p.temperature = 1e31f;
+  EXPECT_NO_THROW(validate(p));
+  for (const float t : {INFINITY, NAN}) {
+    p.temperature = t;
+    EXPECT_THROW(validate(p), Error) << t;
+  }
 }
 
 TEST(Sampling, RejectsOffsetsOutsideInt32Ids) {

@@ -11,9 +11,10 @@
 namespace kimirt::cuda {
 
 // For each new token t: c = kv_a[t] ([512 | 64], row stride ld_kv_a); row = [RMSNorm(c[:512]; w, eps) |
-// c[512:]] (rms_norm.h semantics) is written to cache slot slots[t] (= page · page_size + offset; device
-// int32; a negative slot skips the cache write) and, when latent_out is non-null, to latent_out[t]
-// (row stride ld_latent).
+// c[512:]] (rms_norm.h's formula and roundings; its sum of squares is added in another order, so a row may
+// differ from rms_norm's by a bf16 step now and then) is written to cache slot slots[t] (= page · page_size + offset;
+// device int32; a negative slot skips the cache write) and, when latent_out is non-null, to latent_out[t] (row stride
+// ld_latent).
 void mla_kv_norm_append(cudaStream_t stream, const __nv_bfloat16* kv_a, int64_t ld_kv_a, const __nv_bfloat16* w,
                         float eps, const int32_t* slots, int64_t tokens, __nv_bfloat16* cache,
                         __nv_bfloat16* latent_out, int64_t ld_latent);

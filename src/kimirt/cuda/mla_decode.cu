@@ -26,6 +26,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <string>
 
@@ -481,6 +482,10 @@ MlaDecodePlan plan_mla_decode(int batch, int heads, int max_seq_len, int sm_coun
   int64_t chunk = (std::max(max_seq_len, 1) + splits - 1) / splits;
   chunk = (chunk + align - 1) / align * align;
   splits = std::max<int64_t>(1, (max_seq_len + chunk - 1) / chunk);
+  // Keys are numbered in int32 in the kernels, up to the last chunk's end: a length within a few thousand of
+  // 2^31 rounds past it (mla_decode would refuse the plan, after a decode step had queued its first work).
+  KIMIRT_CUDA_REQUIRE(splits * chunk <= (int64_t{1} << 31) - 1, "plan_mla_decode: max_seq_len ", max_seq_len,
+                      " is too long: its ", splits, " chunks of ", chunk, " keys pass 2^31 - 1");
   p.splits = static_cast<int>(splits);
   p.chunk = static_cast<int>(chunk);
   if (p.splits > 1) {
@@ -501,6 +506,8 @@ void mla_decode(cudaStream_t stream, const MlaDecodeArgs& a, const MlaDecodePlan
   KIMIRT_CUDA_REQUIRE(a.ld_out >= int64_t{a.heads} * kMlaLatent && a.ld_out % 8 == 0, "mla_decode: ld_out ", a.ld_out,
                       " must be >= heads*512 and a multiple of 8");
   KIMIRT_CUDA_REQUIRE(a.ld_block_table > 0, "mla_decode: ld_block_table ", a.ld_block_table);
+  KIMIRT_CUDA_REQUIRE(std::isfinite(a.scale) && a.scale >= 0.0f, "mla_decode: scale ", a.scale,
+                      " must be finite and >= 0 (0: 192^-1/2)");
   // Rows are numbered in int32 (page id · page_size + offset) and so are the tensor copies' coordinates.
   KIMIRT_CUDA_REQUIRE(a.num_pages >= 0 && a.num_pages * int64_t{a.page_size} <= (int64_t{1} << 31),
                       "mla_decode: num_pages ", a.num_pages, " out of range");

@@ -96,13 +96,18 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   if (batch == 0) return;
   // The cache view, batch and pointers that the attention would refuse, refused before anything is queued on
   // either stream (the attention checks them again; its shape checks cannot fail on what this step builds).
-  KIMIRT_CHECK(batch <= 65535 && cache.cache && cache.block_table && cache.ld_block_table > 0 && cache.page_size > 0 &&
+  const bool cache_ok = cache.cache && reinterpret_cast<uintptr_t>(cache.cache) % 16 == 0;
+  KIMIRT_CHECK(batch <= 65535 && cache_ok && cache.block_table && cache.ld_block_table > 0 && cache.page_size > 0 &&
                    cache.page_size % 32 == 0 && cache.num_pages >= 0 &&
                    cache.num_pages * cache.page_size <= (int64_t{1} << 31) && slots && seq_lens,
                "MLA decode: batch {} (at most 65535), cache {}, block table {} (row stride {}), page size {} (a "
                "positive multiple of 32), {} pages (rows below 2^31), slots {}, lengths {}",
-               batch, cache.cache ? "set" : "null", cache.block_table ? "set" : "null", cache.ld_block_table,
-               cache.page_size, cache.num_pages, slots ? "set" : "null", seq_lens ? "set" : "null");
+               batch,
+               !cache.cache ? "null"
+               : cache_ok   ? "set"
+                            : "not 16-byte aligned",
+               cache.block_table ? "set" : "null", cache.ld_block_table, cache.page_size, cache.num_pages,
+               slots ? "set" : "null", seq_lens ? "set" : "null");
   const StepScope scratch(arena);
   // All of the step's scratch is taken before the side stream forks: a throw after the fork would give back
   // memory that the side stream's queued work still uses.

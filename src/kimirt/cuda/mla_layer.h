@@ -89,7 +89,9 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
 
 // Prefill (chunked): x [Tq_total, hidden] for `batch` sequences with query offsets cu_q and context
 // offsets cu_k (device, [batch + 1]; sequence b's context = its cached rows plus this chunk, all already
-// counted in the block table); slots [Tq_total] (device) for the new rows. tokens and total_k: host, exactly
+// counted in the block table); slots [Tq_total] (device) for the new rows, each the row the block table gives
+// that token (none negative: a pass over the whole context reads the chunk's own keys back from the cache,
+// where a skipped row would hold stale values). tokens and total_k: host, exactly
 // cu_q[batch] and cu_k[batch] (they bound the attention's tensor copies). max_q / max_k: host bounds.
 // max_expanded_keys: the most keys whose K and V are expanded at once (0: as many as the arena's step region
 // has room for); a longer context is attended in passes merged by their log-sum-exp. A pass expands at least

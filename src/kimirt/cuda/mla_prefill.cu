@@ -4,6 +4,8 @@
 // registers, S and O in fp32 MMA accumulators, and rescales O by the online-softmax correction per tile.
 #include "kimirt/cuda/mla_prefill.h"
 
+#include <cmath>
+
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
 #include "kimirt/cuda/kernel_attr.h"
@@ -326,6 +328,8 @@ void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a, MlaPrefillKernel 
                       " must not be negative, and the last head's columns must end below 2^31");
   KIMIRT_CUDA_REQUIRE(!a.lse || a.ld_lse >= a.heads, "mla_prefill: ld_lse ", a.ld_lse, " must be >= heads (", a.heads,
                       ")");
+  KIMIRT_CUDA_REQUIRE(std::isfinite(a.scale) && a.scale >= 0.0f, "mla_prefill: scale ", a.scale,
+                      " must be finite and >= 0 (0: 192^-1/2)");
   const float scale_log2 = (a.scale > 0.0f ? a.scale : 1.0f / sqrtf(static_cast<float>(kDqk))) * kLog2e;
   if (kernel != MlaPrefillKernel::kMma) {
     launch_wgmma(stream, a, scale_log2);

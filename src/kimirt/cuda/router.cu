@@ -5,6 +5,8 @@
 // together at the end. One token takes 15 us on the H200 (the first version, with (score, id) shuffles
 // and a weight written and re-read through global memory per round, 23 us; the loads issued one after
 // another under per-expert branches were most of the difference).
+#include <cmath>
+
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
 #include "kimirt/cuda/router.h"
@@ -21,35 +23,36 @@ __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t ld,
   const int lane = threadIdx.x & 31;
   if (token >= tokens) return;  // whole warps: blockDim is a multiple of 32
   const float* row = logits + token * ld;
-  float sel[kPerLane];  // biased selection scores; -inf for NaN
+  // The biased selection scores as order keys (detail::order_key: NaN lowest, below -inf, as the CPU ranks it;
+  // both zeros alike), so that one unsigned comparison orders them everywhere below.
+  uint32_t sel[kPerLane];
   float raw[kPerLane];  // σ(logit)
+  float bsv[kPerLane];  // the correction bias
   // All loads first, unconditionally (a clamped index past the last expert): loads under a per-slot
   // branch were issued one round trip after another, most of one warp's time.
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int e = min(lane + 32 * i, num_experts - 1);
     raw[i] = row[e];
-    sel[i] = bias ? bias[e] : 0.0f;
+    bsv[i] = bias ? bias[e] : 0.0f;
   }
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const float s = detail::sigmoid(raw[i]);
-    const float c = s + sel[i];
-    const bool present = lane + 32 * i < num_experts;
-    raw[i] = present ? s : 0.0f;
-    sel[i] = present && !isnan(c) ? c : -INFINITY;
+    raw[i] = lane + 32 * i < num_experts ? s : 0.0f;
+    sel[i] = detail::order_key(s + bsv[i]);  // slots past the last expert are never offered (best_of_lane)
   }
   uint32_t taken = 0;  // bit i: slot i of this lane already chosen
   // This lane's best unselected expert (lowest slot, so lowest id, on ties); slot -1 when none is left.
   // Four independent scans of 8 slots, then their winners in slot order: a chain of 12 dependent steps
   // instead of 32.
   constexpr int kQuarter = kPerLane / 4;
-  auto best_of_lane = [&](float& v, int& slot) {
-    float qv[4];
+  auto best_of_lane = [&](uint32_t& v, int& slot) {
+    uint32_t qv[4];
     int qs[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      qv[q] = -INFINITY;
+      qv[q] = 0;
       qs[q] = -1;
 #pragma unroll
       for (int i = q * kQuarter; i < (q + 1) * kQuarter; ++i) {
@@ -70,14 +73,15 @@ __global__ void router_topk_kernel(const float* __restrict__ logits, int64_t ld,
       }
     }
   };
-  float my_v;
+  uint32_t my_v;
   int my_slot;
   best_of_lane(my_v, my_slot);
   float w_sum = 0.0f, my_w = 0.0f;
   int32_t my_id = 0;
   for (int k = 0; k < top_k; ++k) {
-    // Every real key, even that of -inf, is above 0: a lane with nothing left never wins.
-    const uint32_t key = my_slot >= 0 ? detail::order_key(my_v) : 0u;
+    // A lane with nothing left offers key 0 and no id; NaN's key is 0 too, so when only NaN experts remain
+    // the lowest id among them wins, as on the CPU.
+    const uint32_t key = my_slot >= 0 ? my_v : 0u;
     const uint32_t best = __reduce_max_sync(0xffffffffu, key);
     const uint32_t id = __reduce_min_sync(
         0xffffffffu, my_slot >= 0 && key == best ? static_cast<uint32_t>(lane + 32 * my_slot) : 0xffffffffu);
@@ -116,7 +120,7 @@ void router_topk(cudaStream_t stream, const float* logits, int64_t ld, const flo
                       "router_topk: num_experts_per_token ", p.top_k, " must be in [1, min(", kRouterMaxTopK,
                       ", num_experts ", p.num_experts, ")]");
   KIMIRT_CUDA_REQUIRE(ld >= p.num_experts, "router_topk: logits row stride ", ld, " < num_experts ", p.num_experts);
-  KIMIRT_CUDA_REQUIRE(p.scale > 0.0f && p.scale < 1e30f, "router_topk: routed_scaling_factor ", p.scale,
+  KIMIRT_CUDA_REQUIRE(std::isfinite(p.scale) && p.scale > 0.0f, "router_topk: routed_scaling_factor ", p.scale,
                       " must be finite and positive");
   KIMIRT_CUDA_REQUIRE(tokens >= 0, "router_topk: token count ", tokens);
   if (tokens == 0) return;

@@ -10,6 +10,7 @@
 // on C, i.e. not on the batch a request happens to be in. With top-k ≤ 256 (the usual case) the filters
 // run on candidate lists instead of the row: see the two candidate paths in sample_kernel.
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 
 #include "kimirt/cuda/check.h"
@@ -565,7 +566,7 @@ __global__ void join_candidates_kernel(const float* __restrict__ scores, const i
 }  // namespace
 
 void validate(const SamplingParams& p) {
-  KIMIRT_CUDA_REQUIRE(p.temperature >= 0.0f && p.temperature < 1e30f, "sampling: temperature ", p.temperature,
+  KIMIRT_CUDA_REQUIRE(std::isfinite(p.temperature) && p.temperature >= 0.0f, "sampling: temperature ", p.temperature,
                       " must be finite and >= 0");
   KIMIRT_CUDA_REQUIRE(p.top_k >= 0, "sampling: top_k ", p.top_k, " must be >= 0");
   KIMIRT_CUDA_REQUIRE(p.top_p > 0.0f && p.top_p <= 1.0f, "sampling: top_p ", p.top_p, " must be in (0, 1]");

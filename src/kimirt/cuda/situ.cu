@@ -1,5 +1,6 @@
 // SiTU-GLU / SiLU-GLU kernels.
 #include <algorithm>
+#include <cmath>
 
 #include "kimirt/cuda/check.h"
 #include "kimirt/cuda/device_utils.cuh"
@@ -95,11 +96,18 @@ __global__ void glu_fp8_kernel(Act a, const bf16* __restrict__ gate, const bf16*
 
 Act make_act(const Glu& g) {
   if (g.kind == Glu::Kind::kSitu) {
-    KIMIRT_CUDA_REQUIRE(g.beta > 0.0f && g.beta < 1e30f, "glu: SiTU beta (activation_situ_beta) ", g.beta,
-                        " must be finite and positive");
-    // <= 0 means absent; NaN or +inf would pass through silently or make every output NaN.
-    KIMIRT_CUDA_REQUIRE(g.linear_beta < 1e30f, "glu: SiTU linear beta (activation_situ_linear_beta) ", g.linear_beta,
-                        " must be finite (or <= 0: absent)");
+    // The kernels multiply by 1 / beta: below about 2.9e-39 that is +inf, and a zero input would give
+    // 0 · inf = NaN where the formula (and the CPU, which divides) gives 0.
+    KIMIRT_CUDA_REQUIRE(std::isfinite(g.beta) && g.beta > 0.0f && std::isfinite(1.0f / g.beta),
+                        "glu: SiTU beta (activation_situ_beta) ", g.beta,
+                        " must be finite and positive, with a finite reciprocal (at least 2.9e-39)");
+    // <= 0 means absent; NaN or +inf would pass through silently or make every output NaN. The kernels scale
+    // by the product of the two betas, which must be a float too (the CPU multiplies them one at a time).
+    KIMIRT_CUDA_REQUIRE(g.linear_beta <= 0.0f || (std::isfinite(g.linear_beta) && std::isfinite(1.0f / g.linear_beta) &&
+                                                  std::isfinite(g.beta * g.linear_beta)),
+                        "glu: SiTU linear beta (activation_situ_linear_beta) ", g.linear_beta,
+                        " must be finite, with a finite reciprocal (at least 2.9e-39) and a finite product with beta ",
+                        g.beta, ", or <= 0: absent");
   }
   Act a{g.kind == Glu::Kind::kSitu,
         g.beta,
