@@ -16,7 +16,17 @@ TEST(CudaCheck, FailedCallBecomesErrorNamingTheCall) {
     EXPECT_NE(std::string(e.what()).find("cudaSetDevice(123456)"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("foundation_test.cpp"), std::string::npos) << e.what();
   }
-  (void)cudaGetLastError();
+}
+
+// A failed call caught and left behind is not reported again by the next launch check: the runtime keeps it
+// as the thread's last error, which KIMIRT_CUDA_CHECK_LAUNCH reads (a healthy step after a failed one threw).
+TEST(CudaCheck, CaughtErrorIsNotReportedAgainByTheNextLaunch) {
+  KIMIRT_REQUIRE_GPU();
+  void* p = nullptr;
+  EXPECT_THROW(KIMIRT_CUDA_CHECK(cudaMalloc(&p, uint64_t{1} << 50)), Error);
+  DeviceBuffer buf(64);
+  EXPECT_NO_THROW(fill_uniform(buf.as<float>(), 16, 0.0f, 1.0f, 1, nullptr));
+  EXPECT_NO_THROW(KIMIRT_CUDA_CHECK(cudaDeviceSynchronize()));
 }
 
 TEST(CudaCheck, RequireBuildsTheMessageFromParts) {
@@ -97,6 +107,20 @@ TEST(DeviceArena, BumpAllocatesAlignedAndReportsOverflow) {
     EXPECT_NE(std::string(e.what()).find("too big"), std::string::npos);
   }
   EXPECT_THROW(arena.allocate_persistent(2 << 20, "weights"), Error);
+}
+
+// Alignments above the regions' own 256 bytes hold for the address, not only for the offset in the region.
+TEST(DeviceArena, AlignsAddressesBeyond256Bytes) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceArena arena(256, 1 << 20);  // the step region starts 256 bytes into the allocation
+  for (const uint64_t alignment : {512u, 1024u, 4096u}) {
+    arena.allocate_step(16, "odd");
+    const void* p = arena.allocate_step(16, "aligned", alignment);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % alignment, 0u) << alignment;
+  }
+  DeviceArena big(1 << 20, 256);
+  big.allocate_persistent(16, "odd");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.allocate_persistent(16, "aligned", 8192)) % 8192, 0u);
 }
 
 // count * sizeof(T) must not wrap: 2^61 doubles is 2^64 bytes, which used to become a 0-byte "success", and a

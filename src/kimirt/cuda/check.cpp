@@ -6,6 +6,10 @@
 namespace kimirt::cuda {
 
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  // The runtime also keeps a failed call's error as the thread's last error, which the next launch check
+  // (cudaGetLastError) would report as its own: a caller that catches this error and goes on would see it again,
+  // blamed on an unrelated kernel. Cleared here (a sticky error, which breaks the context, stays regardless).
+  (void)cudaGetLastError();
   fail("CUDA error {} ({}): {} in {} at {}:{}", cudaGetErrorName(err), static_cast<int>(err), cudaGetErrorString(err),
        call, file, line);
 }

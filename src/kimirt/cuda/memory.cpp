@@ -27,6 +27,14 @@ std::string human(uint64_t bytes) {
 
 bool valid_alignment(uint64_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
+// The offset past `used` in a region starting at `region` whose address is a multiple of `alignment`: the
+// regions themselves are only 256-byte aligned (cudaMalloc's base, capacities rounded to 256), so aligning the
+// offset alone would not align the address for larger alignments.
+uint64_t aligned_offset(const uint8_t* region, uint64_t used, uint64_t alignment) {
+  const uint64_t start = reinterpret_cast<uintptr_t>(region);
+  return align_up(start + used, std::max(alignment, uint64_t{16})) - start;
+}
+
 }  // namespace
 
 DeviceBuffer::DeviceBuffer(uint64_t bytes) : size_(bytes) {
@@ -183,7 +191,7 @@ void DeviceArena::fail_count(uint64_t count, uint64_t element_bytes, std::string
 void* DeviceArena::allocate_persistent(uint64_t bytes, std::string_view label, uint64_t alignment) {
   KIMIRT_CHECK(valid_alignment(alignment), "device arena: alignment {} for \"{}\" is not a power of two", alignment,
                label);
-  const uint64_t offset = align_up(persistent_used_, std::max(alignment, uint64_t{16}));
+  const uint64_t offset = aligned_offset(base_, persistent_used_, alignment);
   KIMIRT_CHECK(offset <= persistent_capacity_ && bytes <= persistent_capacity_ - offset,
                "device arena: \"{}\" needs {} but the persistent region has {} of {} left (raise the GPU memory "
                "budget or lower the cache size)",
@@ -209,7 +217,7 @@ void DeviceArena::rewind_persistent(uint64_t mark) {
 void* DeviceArena::allocate_step(uint64_t bytes, std::string_view label, uint64_t alignment) {
   KIMIRT_CHECK(valid_alignment(alignment), "device arena: alignment {} for \"{}\" is not a power of two", alignment,
                label);
-  const uint64_t offset = align_up(step_used_, std::max(alignment, uint64_t{16}));
+  const uint64_t offset = aligned_offset(base_ + persistent_capacity_, step_used_, alignment);
   KIMIRT_CHECK(offset <= step_capacity_ && bytes <= step_capacity_ - offset,
                "device arena: step buffer \"{}\" needs {} but the step region has {} of {} left (the batch is "
                "larger than the step region was sized for)",
