@@ -105,45 +105,49 @@ struct TwoStreams {
 
 TEST(MlaLayer, DecodeStepMatchesCpuAbsorbedPath) {
   KIMIRT_REQUIRE_GPU();
-  MlaSetup s;
-  const std::vector<int> ctx = {70, 130, 0};
-  const int batch = ctx.size();
-  Cache cache(batch, 3, 11);
-  std::vector<float> x = test::random_vec(batch * s.hidden, 12);
-  DeviceBuffer dx = upload(test::to_bf16(x));
-  std::vector<int32_t> slots, lens;
-  for (int b = 0; b < batch; ++b) slots.push_back(cache.slot(b, ctx[b])), lens.push_back(ctx[b] + 1);
-  DeviceBuffer ds = upload(slots), dl = upload(lens);
-  DeviceArena arena(0, 256 << 20);
-  DeviceBuffer ws(32 << 20), sws(8 << 20);
-  GemmLt lt(ws.data(), ws.size());
-  const int sms = query_device(0).sm_count;
-  Linear linear(lt, sws.data(), sws.size(), sms);
-  DeviceBuffer w_uk_t(s.heads * 512 * 128 * 2);
-  mla_transpose_uk(nullptr, s.kv_b.d(), s.heads, w_uk_t.as<__nv_bfloat16>());
-  for (int skinny_absorb = 0; skinny_absorb < 2; ++skinny_absorb) {
-    // The cache as it was: the append check below must see this run's rows, not the previous run's.
-    cache.dev = upload(test::to_bf16(cache.host));
-    MlaLayerWeights gw = s.gweights();
-    if (skinny_absorb) gw.w_uk_t = w_uk_t.as<__nv_bfloat16>();
-    DeviceBuffer out = test::poisoned(batch * s.hidden * 2);
-    mla_decode_step(linear, arena, nullptr, s.gdims(), gw, cache.view(), dx.as<__nv_bfloat16>(), batch,
-                    ds.as<int32_t>(), dl.as<int32_t>(), 131, out.as<__nv_bfloat16>());
-    const auto got = test::from_bf16(download<uint16_t>(out.data(), batch * s.hidden));
-    const auto cache_after = test::from_bf16(download<uint16_t>(cache.dev.data(), cache.host.size()));
-    SCOPED_TRACE(skinny_absorb ? "absorption through w_uk_t (skinny)" : "absorption through kv_b (cuBLASLt)");
-    for (int b = 0; b < batch; ++b) {
-      std::vector<float> ref(s.hidden), new_latent(576);
-      cpu::mla_forward(s.cdims(), s.cweights(), x.data() + b * s.hidden, 1, ctx[b] ? cache.rows(b) : nullptr, ctx[b],
-                       ref.data(), new_latent.data(), cpu::MlaPath::kAbsorbed);
-      std::vector<float> g(got.begin() + b * s.hidden, got.begin() + (b + 1) * s.hidden);
-      EXPECT_LE(test::rel_err(g, ref), 1e-2) << "sequence " << b << " context " << ctx[b];
-      std::vector<float> row(cache_after.begin() + size_t(slots[b]) * 576,
-                             cache_after.begin() + size_t(slots[b] + 1) * 576);
-      EXPECT_LE(test::rel_err(row, new_latent), 1e-2) << "appended latent of sequence " << b;
+  // A small hidden size, and K3's (7168: the projections at the shapes, and so the GEMM paths, of the model).
+  for (const int64_t hidden : {int64_t{1024}, int64_t{7168}}) {
+    SCOPED_TRACE(testing::Message() << "hidden " << hidden);
+    MlaSetup s(hidden, 8);
+    const std::vector<int> ctx = {70, 130, 0};
+    const int batch = ctx.size();
+    Cache cache(batch, 3, 11);
+    std::vector<float> x = test::random_vec(batch * s.hidden, 12);
+    DeviceBuffer dx = upload(test::to_bf16(x));
+    std::vector<int32_t> slots, lens;
+    for (int b = 0; b < batch; ++b) slots.push_back(cache.slot(b, ctx[b])), lens.push_back(ctx[b] + 1);
+    DeviceBuffer ds = upload(slots), dl = upload(lens);
+    DeviceArena arena(0, 256 << 20);
+    DeviceBuffer ws(32 << 20), sws(8 << 20);
+    GemmLt lt(ws.data(), ws.size());
+    const int sms = query_device(0).sm_count;
+    Linear linear(lt, sws.data(), sws.size(), sms);
+    DeviceBuffer w_uk_t(s.heads * 512 * 128 * 2);
+    mla_transpose_uk(nullptr, s.kv_b.d(), s.heads, w_uk_t.as<__nv_bfloat16>());
+    for (int skinny_absorb = 0; skinny_absorb < 2; ++skinny_absorb) {
+      // The cache as it was: the append check below must see this run's rows, not the previous run's.
+      cache.dev = upload(test::to_bf16(cache.host));
+      MlaLayerWeights gw = s.gweights();
+      if (skinny_absorb) gw.w_uk_t = w_uk_t.as<__nv_bfloat16>();
+      DeviceBuffer out = test::poisoned(batch * s.hidden * 2);
+      mla_decode_step(linear, arena, nullptr, s.gdims(), gw, cache.view(), dx.as<__nv_bfloat16>(), batch,
+                      ds.as<int32_t>(), dl.as<int32_t>(), 131, out.as<__nv_bfloat16>());
+      const auto got = test::from_bf16(download<uint16_t>(out.data(), batch * s.hidden));
+      const auto cache_after = test::from_bf16(download<uint16_t>(cache.dev.data(), cache.host.size()));
+      SCOPED_TRACE(skinny_absorb ? "absorption through w_uk_t (skinny)" : "absorption through kv_b (cuBLASLt)");
+      for (int b = 0; b < batch; ++b) {
+        std::vector<float> ref(s.hidden), new_latent(576);
+        cpu::mla_forward(s.cdims(), s.cweights(), x.data() + b * s.hidden, 1, ctx[b] ? cache.rows(b) : nullptr, ctx[b],
+                         ref.data(), new_latent.data(), cpu::MlaPath::kAbsorbed);
+        std::vector<float> g(got.begin() + b * s.hidden, got.begin() + (b + 1) * s.hidden);
+        EXPECT_LE(test::rel_err(g, ref), 1e-2) << "sequence " << b << " context " << ctx[b];
+        std::vector<float> row(cache_after.begin() + size_t(slots[b]) * 576,
+                               cache_after.begin() + size_t(slots[b] + 1) * 576);
+        EXPECT_LE(test::rel_err(row, new_latent), 1e-2) << "appended latent of sequence " << b;
+      }
     }
+    EXPECT_EQ(arena.step_used(), 0u) << "scratch released";
   }
-  EXPECT_EQ(arena.step_used(), 0u) << "scratch released";
 }
 
 // One pass over the whole context, and passes over the cached rows merged by their lse (max_expanded_keys):

@@ -13,7 +13,8 @@ namespace kimirt::cuda::test {
 
 inline std::vector<float> mla_decode_reference(const std::vector<float>& q, const std::vector<float>& cache,
                                                const std::vector<int32_t>& table, int64_t ld_table,
-                                               const std::vector<int32_t>& lens, int heads, int page) {
+                                               const std::vector<int32_t>& lens, int heads, int page,
+                                               double scale = 0.0) {  // 0: 192^-1/2
   const int batch = static_cast<int>(lens.size());
   std::vector<float> ref(static_cast<size_t>(batch) * heads * 512);
   for (int b = 0; b < batch; ++b) {
@@ -25,7 +26,7 @@ inline std::vector<float> mla_decode_reference(const std::vector<float>& q, cons
       for (int j = 0; j < lens[b]; ++j) {
         double acc = 0;
         for (int d = 0; d < 576; ++d) acc += double(qh[d]) * cache[row(j) + d];
-        s[j] = acc / std::sqrt(192.0);
+        s[j] = acc * (scale > 0.0 ? scale : 1.0 / std::sqrt(192.0));
         mx = std::max(mx, s[j]);
       }
       double den = 0;

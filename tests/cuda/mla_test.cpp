@@ -333,6 +333,41 @@ TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
 // A long context split over many blocks (chunks that are not multiples of the wgmma kernel's 48-row tile,
 // 64-row pages scattered) at the head counts of K3 (96) and of K3 under TP 8 (12), both kernels, against
 // the fp64 reference.
+// A softmax scale other than the default (MlaDecodeArgs::scale), on every kernel, split and unsplit: 0.3, about
+// four times 192^-1/2, a much sharper softmax than the default's.
+TEST(MlaDecode, GivenScale) {
+  KIMIRT_REQUIRE_GPU();
+  const int page = 64;
+  const std::vector<int32_t> lens = {300, 77};
+  const int batch = lens.size(), max_pages = 5;
+  std::vector<int32_t> table(batch * max_pages);
+  for (int i = 0; i < batch * max_pages; ++i) table[i] = i;
+  std::vector<float> cache = test::random_vec(size_t(batch) * max_pages * page * 576, 15, -2, 2);
+  DeviceBuffer dc = upload(test::to_bf16(cache)), dt = upload(table), dl = upload(lens);
+  for (const int heads : {16, 96}) {
+    std::vector<float> q = test::random_vec(batch * heads * 576, 16, -0.5f, 0.5f);
+    DeviceBuffer dq = upload(test::to_bf16(q));
+    const std::vector<float> ref = test::mla_decode_reference(q, cache, table, max_pages, lens, heads, page, 0.3);
+    for (MlaDecodeKernel kernel : kKernels) {
+      for (int sms : {1, 132}) {
+        const MlaDecodePlan plan = plan_mla_decode(batch, heads, 300, sms, kernel);
+        DeviceBuffer ws(plan.workspace_bytes + 16), out = test::poisoned(batch * heads * 512 * 2);
+        MlaDecodeArgs a = decode_args(dq, dc, page, dt, max_pages, dl, out, batch, heads);
+        a.scale = 0.3f;
+        mla_decode(nullptr, a, plan, ws.data());
+        const std::vector<float> got = dl_bf16(out, batch * heads * 512);
+        for (int b = 0; b < batch; ++b) {
+          const auto seq = [&](const std::vector<float>& v) {
+            return std::vector<float>(v.begin() + int64_t{b} * heads * 512, v.begin() + int64_t{b + 1} * heads * 512);
+          };
+          EXPECT_LE(test::rel_err(seq(got), seq(ref)), 1e-2) << mla_decode_kernel_name(kernel) << " heads " << heads
+                                                             << " splits " << plan.splits << ", sequence " << b;
+        }
+      }
+    }
+  }
+}
+
 TEST(MlaDecode, LongContextManySplits) {
   KIMIRT_REQUIRE_GPU();
   const int page = 64, len = 9000, pages = (len + page - 1) / page;
@@ -461,7 +496,11 @@ TEST(MlaCache, NormAppendGatherAndGate) {
   DeviceBuffer dkv = upload(test::to_bf16(kv)), dw = upload(test::to_bf16(w));
   const std::vector<int32_t> slots = {3 * page + 0, 3 * page + 1, 0 * page + 63, -1, 2 * page + 5};
   DeviceBuffer ds = upload(slots);
-  DeviceBuffer cache = test::poisoned(pages * page * 576 * 2), lat = test::poisoned(tokens * 576 * 2);
+  // The cache starts with known rows, so that the rows the append must leave alone (slot -1 writes nothing) and
+  // the gathered rows it did not write can be checked too.
+  std::vector<float> init = test::random_vec(pages * page * 576, 9, -1, 1);
+  const std::vector<uint16_t> init16 = test::to_bf16(init);
+  DeviceBuffer cache = upload(init16), lat = test::poisoned(tokens * 576 * 2);
   mla_kv_norm_append(nullptr, dkv.as<__nv_bfloat16>(), 600, dw.as<__nv_bfloat16>(), 1e-6f, ds.as<int32_t>(), tokens,
                      cache.as<__nv_bfloat16>(), lat.as<__nv_bfloat16>(), 576);
   const auto got = dl_bf16(lat, tokens * 576);
@@ -475,9 +514,17 @@ TEST(MlaCache, NormAppendGatherAndGate) {
   }
   EXPECT_LE(test::rel_err(got, ref), 6e-3);
   const auto cache_h = dl_bf16(cache, pages * page * 576);
+  std::vector<bool> written(pages * page, false);
   for (int t = 0; t < tokens; ++t) {
     if (slots[t] < 0) continue;
+    written[slots[t]] = true;
     for (int d = 0; d < 576; ++d) ASSERT_EQ(cache_h[int64_t(slots[t]) * 576 + d], got[t * 576 + d]) << t;
+  }
+  const auto cache16 = download<uint16_t>(cache.data(), pages * page * 576);
+  for (int row = 0; row < pages * page; ++row) {
+    if (written[row]) continue;
+    for (int d = 0; d < 576; ++d)
+      ASSERT_EQ(cache16[row * 576 + d], init16[row * 576 + d]) << "cache row " << row << " written, no slot names it";
   }
   // Gather: sequence 0 = slots 3*64+0, 3*64+1 (table {3}), sequence 1 = page 2 rows 0..5.
   const std::vector<int32_t> table = {3, 0, 2, 0}, cu = {0, 2, 8};
@@ -488,6 +535,7 @@ TEST(MlaCache, NormAppendGatherAndGate) {
   for (int d = 0; d < 576; ++d) {
     ASSERT_EQ(g[0 * 576 + d], got[0 * 576 + d]);
     ASSERT_EQ(g[1 * 576 + d], got[1 * 576 + d]);
+    for (int r = 0; r < 5; ++r) ASSERT_EQ(g[(2 + r) * 576 + d], init[(2 * page + r) * 576 + d]) << "page 2 row " << r;
     ASSERT_EQ(g[7 * 576 + d], got[4 * 576 + d]);  // page 2 row 5
   }
   // Gate.

@@ -170,7 +170,8 @@ inline double rel_err(const std::vector<float>& out, const std::vector<float>& r
 
 // The host's 1x128 activation quantization (scale amax / 448 per group of 128, 1 for an all-zero group; codes
 // x / scale rounded to E4M3, saturated) against a kernel's codes q [mp, k] and scales sc [k / 128][mp]: the
-// first difference, or "" when every code and scale is the host's.
+// first difference, or "" when every code and scale is the host's. The padding rows m..mp-1 must hold what the
+// FP8 GEMMs read there: codes 0 under scale 1.
 inline std::string act_quant_mismatch(const std::vector<float>& x, int64_t m, int64_t k, int64_t mp,
                                       const std::vector<uint8_t>& q, const std::vector<float>& sc) {
   for (int64_t i = 0; i < m; ++i)
@@ -188,6 +189,19 @@ inline std::string act_quant_mismatch(const std::vector<float>& x, int64_t m, in
         if (q[c] != want) {
           return "code of row " + std::to_string(i) + " column " + std::to_string(g * 128 + j) + ": " +
                  std::to_string(q[c]) + " for " + std::to_string(want);
+        }
+      }
+    }
+  for (int64_t i = m; i < mp; ++i)
+    for (int64_t g = 0; g < k / 128; ++g) {
+      if (sc[g * mp + i] != 1.0f) {
+        return "scale of padding row " + std::to_string(i) + " group " + std::to_string(g) + ": " +
+               std::to_string(sc[g * mp + i]) + " for 1";
+      }
+      for (int j = 0; j < 128; ++j) {
+        if (q[i * k + g * 128 + j] != 0) {
+          return "code of padding row " + std::to_string(i) + " column " + std::to_string(g * 128 + j) + ": " +
+                 std::to_string(q[i * k + g * 128 + j]) + " for 0";
         }
       }
     }
