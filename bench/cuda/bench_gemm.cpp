@@ -196,15 +196,28 @@ void gemm_suite(Context& ctx) {
   // 256), a prefill chunk (1024) and a long prefill (4096). Each FP8 row's faster path goes into the table at
   // its M; our kernel's other configurations are compared at M = 4096 only.
   for (auto [n, k] : kLargeShapes) {
-    DeviceBuffer w(n * k * 2), out(max_m * n * 2);
-    fill_uniform(w.as<bf16>(), n * k, -0.05f, 0.05f, 3, ctx.stream);
+    // The weights in copies_for's number of copies (for the FP8 weight's size, the smaller), call i taking copy
+    // i % copies: at M = 64 and 256 the products are memory-bound, and a single 28-56 MB weight would be read from
+    // L2 by every call after the first.
+    const int wc = copies_for(n * k);
+    std::vector<DeviceBuffer> w, wq, wsc;
+    for (int c = 0; c < wc; ++c) {
+      w.emplace_back(n * k * 2), wq.emplace_back(n * k), wsc.emplace_back(fp8_w_scale_count(n, k) * 4);
+      fill_uniform(w.back().as<bf16>(), n * k, -0.05f, 0.05f, 3, ctx.stream);
+      if (k % 128 == 0) {
+        quantize_fp8_weight(ctx.stream, w.back().as<bf16>(), n, k, wq.back().as<uint8_t>(), wsc.back().as<float>());
+      }
+    }
+    DeviceBuffer out(max_m * n * 2);
+    int call = 0;
+    const auto next = [&] { return call++ % wc; };
     for (int64_t m : {64, 256, 1024, 4096}) {
       // BF16 is the FP8 rows' baseline, so it runs whenever they do.
       if (!ctx.wants(fmt::format("cuBLASLt bf16 {}x{} M={}", n, k, m)) &&
           !ctx.wants(fmt::format("FP8 block {}x{} M={}", n, k, m)))
         continue;
       const double t = time_us(ctx, [&] {
-        lt.linear_bf16(ctx.stream, x.as<bf16>(), k, w.as<bf16>(), k, out.data(), OutType::kBF16, n, m, n, k);
+        lt.linear_bf16(ctx.stream, x.as<bf16>(), k, w[next()].as<bf16>(), k, out.data(), OutType::kBF16, n, m, n, k);
       });
       const double tflops = 2.0 * m * n * k / t * 1e-6;
       ctx.add({"gemm", fmt::format("cuBLASLt bf16 {}x{} M={}", n, k, m), t, n * k * 2.0 + m * (k + n) * 2.0,
@@ -212,12 +225,12 @@ void gemm_suite(Context& ctx) {
                m == 4096 && square_tflops > 0 ? fmt::format("{:.2f} of this run's 8192³", tflops / square_tflops)
                                               : std::string()});
       if (k % 128 != 0) continue;
-      DeviceBuffer wq(n * k), wsc(fp8_w_scale_count(n, k) * 4), xq(fp8_pad_m(m) * k), xs(fp8_x_scale_count(m, k) * 4);
-      quantize_fp8_weight(ctx.stream, w.as<bf16>(), n, k, wq.as<uint8_t>(), wsc.as<float>());
+      DeviceBuffer xq(fp8_pad_m(m) * k), xs(fp8_x_scale_count(m, k) * 4);
       quantize_fp8_act(ctx.stream, x.as<bf16>(), k, m, k, xq.as<uint8_t>(), xs.as<float>());
       const double t8 = time_us(ctx, [&] {
-        lt.linear_fp8(ctx.stream, xq.as<uint8_t>(), xs.as<float>(), wq.as<uint8_t>(), wsc.as<float>(), out.as<bf16>(),
-                      n, m, n, k, nullptr, 0);
+        const int c = next();
+        lt.linear_fp8(ctx.stream, xq.as<uint8_t>(), xs.as<float>(), wq[c].as<uint8_t>(), wsc[c].as<float>(),
+                      out.as<bf16>(), n, m, n, k, nullptr, 0);
       });
       Result r{"gemm",
                fmt::format("FP8 block {}x{} M={}", n, k, m),
@@ -232,7 +245,8 @@ void gemm_suite(Context& ctx) {
       if (m == 4096) configs.insert(configs.end(), {{1, 1}, {2, 1}, {2, 2}});
       for (const Fp8BlockGemmConfig cfg : configs) {
         const double tk = time_us(ctx, [&] {
-          fp8_block_gemm(ctx.stream, xq.as<uint8_t>(), xs.as<float>(), wq.as<uint8_t>(), wsc.as<float>(),
+          const int c = next();
+          fp8_block_gemm(ctx.stream, xq.as<uint8_t>(), xs.as<float>(), wq[c].as<uint8_t>(), wsc[c].as<float>(),
                          out.as<bf16>(), n, m, n, k, ctx.device.sm_count, cfg);
         });
         const int blocks = fp8_block_gemm_blocks(m, n, ctx.device.sm_count, cfg);
@@ -249,9 +263,10 @@ void gemm_suite(Context& ctx) {
              kFp8Tflops});
       }
       const double tq = time_us(ctx, [&] {
+        const int c = next();
         quantize_fp8_act(ctx.stream, x.as<bf16>(), k, m, k, xq.as<uint8_t>(), xs.as<float>());
-        lt.linear_fp8(ctx.stream, xq.as<uint8_t>(), xs.as<float>(), wq.as<uint8_t>(), wsc.as<float>(), out.as<bf16>(),
-                      n, m, n, k, nullptr, 0);
+        lt.linear_fp8(ctx.stream, xq.as<uint8_t>(), xs.as<float>(), wq[c].as<uint8_t>(), wsc[c].as<float>(),
+                      out.as<bf16>(), n, m, n, k, nullptr, 0);
       });
       // The quantization reads x (2 bytes per value) and writes xq (1), which the GEMM reads again.
       ctx.add({"gemm", fmt::format("FP8 block + act quant {}x{} M={}", n, k, m), tq, n * k + m * k * 4.0 + m * n * 2.0,
