@@ -236,6 +236,36 @@ TEST(MlaPrefill, MergedPassesEqualOnePass) {
   };
   for (int b = 0; b < 2; ++b) EXPECT_LE(test::rel_err(seq(got, b), seq(want, b)), 1e-2) << "sequence " << b;
   for (float v : seq(got, 2)) ASSERT_EQ(v, 0.0f) << "sequence 2 sees no key";
+  // Both against an fp64 loop over the same bf16 inputs (to_bf16 rounded q, g, kv and lat in place): the one
+  // pass is a GPU kernel too, so agreeing with it alone would not show that either is right.
+  std::vector<float> ref(nq * heads * 128, 0.0f);
+  for (int b = 0; b < 3; ++b)
+    for (int i = 0; i < tq[b]; ++i)
+      for (int h = 0; h < heads; ++h) {
+        const int64_t qi = cu_q[b] + i;
+        if (all_k[b] == 0) continue;
+        std::vector<double> sc(all_k[b]);
+        double mx = -1e300;
+        for (int j = 0; j < all_k[b]; ++j) {
+          const int64_t kj = cu_all[b] + j;
+          double acc = 0;
+          for (int d = 0; d < 128; ++d) acc += double(q[(qi * heads + h) * 192 + d]) * kv[(kj * heads + h) * 256 + d];
+          for (int d = 0; d < 64; ++d) acc += double(q[(qi * heads + h) * 192 + 128 + d]) * lat[kj * 576 + 512 + d];
+          sc[j] = acc / std::sqrt(192.0);
+          mx = std::max(mx, sc[j]);
+        }
+        double den = 0;
+        for (double& v : sc) den += (v = std::exp(v - mx));
+        for (int d = 0; d < 128; ++d) {
+          double o = 0;
+          for (int j = 0; j < all_k[b]; ++j) o += sc[j] * kv[((cu_all[b] + j) * heads + h) * 256 + 128 + d];
+          ref[(qi * heads + h) * 128 + d] = float(o / den * sigm(g[(qi * heads + h) * 128 + d]));
+        }
+      }
+  for (int b = 0; b < 2; ++b) {
+    EXPECT_LE(test::rel_err(seq(got, b), seq(ref, b)), 1e-2) << "merged passes against fp64, sequence " << b;
+    EXPECT_LE(test::rel_err(seq(want, b), seq(ref, b)), 1e-2) << "one pass against fp64, sequence " << b;
+  }
   EXPECT_THROW(mla_prefill_merge(nullptr, MlaPrefillMergeArgs{1, 8}, MlaMergeMode::kLast), kimirt::Error);
 }
 

@@ -333,6 +333,60 @@ TEST(Sampling, FrequenciesFollowTheFilteredSoftmax) {
   }
 }
 
+// The filters over the full 163840-token vocabulary: ten tokens hold the mass (0.3, 0.2, 0.15, 0.1, 0.08, 0.07,
+// 0.05, 0.03, 0.01, 0.01; every other token 30 nats below the least of them), and top-p 0.8 keeps the first five
+// (0.83 of the mass), min-p 0.2 the first six (p >= 0.06), top-k 3 three. The kept tokens' frequencies follow
+// the softmax renormalized over them (5 sigma) and no other token is drawn. A threshold found too tight or too
+// loose over the radix selection's passes and blocks shows here; the 8-token tests above fit in one pass.
+TEST(Sampling, FrequenciesAtTheFullVocabulary) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t vocab = 163840, rows = 256;
+  const int calls = 32;
+  const std::vector<double> mass = {0.3, 0.2, 0.15, 0.1, 0.08, 0.07, 0.05, 0.03, 0.01, 0.01};
+  std::vector<int64_t> id(mass.size());
+  std::vector<float> row(vocab, static_cast<float>(std::log(0.01) - 30.0));
+  for (size_t i = 0; i < mass.size(); ++i) {
+    id[i] = 1000 + 16381 * static_cast<int64_t>(i);
+    row[id[i]] = static_cast<float>(std::log(mass[i]));
+  }
+  std::vector<float> logits;
+  for (int64_t r = 0; r < rows; ++r) logits.insert(logits.end(), row.begin(), row.end());
+  DeviceBuffer dl = upload(logits), ids = test::poisoned(rows * 4);
+  const uint64_t ws_bytes = sampling_workspace_bytes(rows);
+  DeviceBuffer ws(ws_bytes);
+  init_sampling_workspace(ws.data(), ws_bytes, nullptr);
+  struct Case {
+    int32_t k;
+    float p, min_p;
+    size_t kept;
+  };
+  for (const Case& c : {Case{0, 0.8f, 0.0f, 5}, Case{0, 1.0f, 0.2f, 6}, Case{3, 1.0f, 0.0f, 3}}) {
+    std::map<int64_t, int> count;
+    for (int call = 0; call < calls; ++call) {
+      std::vector<SamplingParams> ps(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        ps[r].temperature = 1.0f, ps[r].top_k = c.k, ps[r].top_p = c.p, ps[r].min_p = c.min_p;
+        ps[r].seed = 17, ps[r].step = call * rows + r;
+      }
+      DeviceBuffer dp = upload(ps);
+      sample(nullptr, dl.as<float>(), vocab, rows, vocab, 0, dp.as<SamplingParams>(), ids.as<int32_t>(), nullptr,
+             ws.data(), ws_bytes);
+      for (int32_t t : download<int32_t>(ids.data(), rows)) ++count[t];
+    }
+    const int n = calls * static_cast<int>(rows);
+    double den = 0;
+    for (size_t i = 0; i < c.kept; ++i) den += mass[i];
+    const std::string what = fmt::format("top-k {} top-p {} min-p {}", c.k, c.p, c.min_p);
+    int64_t in_kept = 0;
+    for (size_t i = 0; i < c.kept; ++i) {
+      const double p = mass[i] / den;
+      EXPECT_NEAR(count[id[i]], n * p, 5 * std::sqrt(n * p * (1 - p)) + 1) << what << ": token " << id[i];
+      in_kept += count[id[i]];
+    }
+    EXPECT_EQ(in_kept, n) << what << ": tokens outside the kept set were drawn";
+  }
+}
+
 TEST(Sampling, ValidatesParams) {
   SamplingParams p;
   p.top_p = 0.0f;
@@ -663,6 +717,51 @@ TEST(Sampling, JoinCandidatesTakesTheBestScoreThenTheLowerId) {
                                out_i.as<int32_t>()),
                Error)
       << "a stride below the rows";
+}
+
+// The vocabulary cut in two on one GPU: each half sampled with its offset and its scores, then joined
+// (join_candidates), gives the ids and scores of the whole vocabulary sampled at once, for greedy rows and
+// temperature rows (whose noise must be keyed by the global id, not the shard's), with and without the blocks'
+// workspace. Greedy scores are the row's max logit. (TwoRanksSampleAsOneGpu checks the same over NCCL on two
+// GPUs; this runs wherever one GPU does.)
+TEST(Sampling, HalvesJoinedEqualTheWholeVocabulary) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t rows = 6, vocab = 163840, half = vocab / 2;
+  const std::vector<float> logits = test::random_vec(rows * vocab, 81, -4, 4);
+  std::vector<SamplingParams> ps(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    ps[r].temperature = r % 3 == 0 ? 0.0f : 0.6f + 0.2f * r;
+    ps[r].seed = 1000 + r, ps[r].step = 3 * r;
+  }
+  DeviceBuffer dl = upload(logits), dp = upload(ps);
+  const uint64_t ws_bytes = sampling_workspace_bytes(rows);
+  DeviceBuffer ws(ws_bytes);
+  init_sampling_workspace(ws.data(), ws_bytes, nullptr);
+  for (const bool workspace : {false, true}) {
+    SCOPED_TRACE(workspace ? "blocks sharing rows" : "a block per row");
+    void* w = workspace ? ws.data() : nullptr;
+    const uint64_t wb = workspace ? ws_bytes : 0;
+    DeviceBuffer whole_i = test::poisoned(rows * 4), whole_s = test::poisoned(rows * 4);
+    sample(nullptr, dl.as<float>(), vocab, rows, vocab, 0, dp.as<SamplingParams>(), whole_i.as<int32_t>(),
+           whole_s.as<float>(), w, wb);
+    DeviceBuffer part_i = test::poisoned(2 * rows * 4), part_s = test::poisoned(2 * rows * 4);
+    for (int h = 0; h < 2; ++h) {
+      sample(nullptr, dl.as<float>() + h * half, vocab, rows, half, h * half, dp.as<SamplingParams>(),
+             part_i.as<int32_t>() + h * rows, part_s.as<float>() + h * rows, w, wb);
+    }
+    DeviceBuffer join_i = test::poisoned(rows * 4), join_s = test::poisoned(rows * 4);
+    join_candidates(nullptr, part_s.as<float>(), part_i.as<int32_t>(), 2, rows, rows, join_s.as<float>(),
+                    join_i.as<int32_t>());
+    const auto ids = download<int32_t>(whole_i.data(), rows);
+    const auto scores = download<float>(whole_s.data(), rows);
+    EXPECT_EQ(download<int32_t>(join_i.data(), rows), ids);
+    EXPECT_EQ(download<float>(join_s.data(), rows), scores);
+    for (int64_t r = 0; r < rows; r += 3) {  // the greedy rows
+      const float mx = *std::max_element(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+      EXPECT_EQ(scores[r], mx) << "greedy row " << r;
+      EXPECT_EQ(logits[r * vocab + ids[r]], mx) << "greedy row " << r;
+    }
+  }
 }
 
 // The cross-shard step over NCCL with one rank (what a one-GPU machine can run of it): its buffers from the
