@@ -253,6 +253,21 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
                  kimirt::Error)
         << "max_q " << max_q << ", max_k " << max_k;
   }
+  // A cache view the gather or the attention would refuse is refused before the chunk's rows are written:
+  // the cache is as it was. (The cache first back to its rows before any append: the runs above wrote these
+  // very rows, so a write now would not change a byte.)
+  cache.dev = upload(test::to_bf16(cache.host));
+  const auto cache_before = download<uint16_t>(cache.dev.data(), cache.host.size());
+  MlaCacheView no_table = cache.view(), misaligned = cache.view();
+  no_table.block_table = nullptr;
+  misaligned.cache += 1;
+  for (const MlaCacheView& bad : {no_table, misaligned}) {
+    EXPECT_THROW(mla_prefill_step(linear, arena, nullptr, s.gdims(), s.gweights(), bad, dx.as<__nv_bfloat16>(), tokens,
+                                  batch, dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 30, 180, ds.as<int32_t>(),
+                                  out.as<__nv_bfloat16>()),
+                 kimirt::Error);
+  }
+  EXPECT_EQ(download<uint16_t>(cache.dev.data(), cache.host.size()), cache_before) << "the cache was written";
 }
 
 // The decode step is meant to be captured in a CUDA graph: no allocation or synchronization inside, every

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kimirt/cuda/check.h"
+#include "kimirt/cuda/stream.h"
 
 namespace kimirt::cuda {
 namespace {
@@ -129,9 +130,9 @@ void choose_algo(Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>&
   plan.workspace_needed = candidates.front().workspaceSize;
   plan.candidates = static_cast<int>(candidates.size());
   if (!autotune || candidates.size() == 1) return;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  KIMIRT_CUDA_CHECK(cudaEventCreate(&start));
-  KIMIRT_CUDA_CHECK(cudaEventCreate(&stop));
+  // Owned, so that a failed check below (an earlier asynchronous error surfacing) does not leak them.
+  const Event start_event(true), stop_event(true);
+  const cudaEvent_t start = start_event.get(), stop = stop_event.get();
   float best = INFINITY;
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (!run(candidates[i].algo)) continue;  // warm-up; an algorithm cuBLASLt rejects at run time is skipped
@@ -151,8 +152,6 @@ void choose_algo(Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>&
       plan.tuned_us = ms * 1000.0f / kReps;
     }
   }
-  (void)cudaEventDestroy(start);
-  (void)cudaEventDestroy(stop);
 }
 
 }  // namespace

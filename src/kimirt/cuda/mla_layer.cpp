@@ -234,6 +234,20 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
                "MLA prefill: {} tokens and {} keys in {} sequences cannot have at most {} queries and {} keys per "
                "sequence (max_q, max_k)",
                tokens, total_k, batch, max_q, max_k);
+  // What the append, the gather and the attention would refuse, refused before the projections are queued and
+  // the chunk's rows written to the cache (a refused step leaves the cache as it was).
+  const bool cache_ok = cache.cache && reinterpret_cast<uintptr_t>(cache.cache) % 16 == 0;
+  KIMIRT_CHECK(batch <= 65535 && cache_ok && cache.block_table && cache.ld_block_table > 0 && cache.page_size > 0 &&
+                   cache.num_pages >= 0 && cache.num_pages * cache.page_size <= (int64_t{1} << 31) && cu_q && cu_k &&
+                   slots,
+               "MLA prefill: batch {} (at most 65535), cache {}, block table {} (row stride {}), page size {}, {} "
+               "pages (rows below 2^31), cu_q {}, cu_k {}, slots {}",
+               batch,
+               !cache.cache ? "null"
+               : cache_ok   ? "set"
+                            : "not 16-byte aligned",
+               cache.block_table ? "set" : "null", cache.ld_block_table, cache.page_size, cache.num_pages,
+               cu_q ? "set" : "null", cu_k ? "set" : "null", slots ? "set" : "null");
   // Given back however the step ends: a refused pass (or a failed allocation) leaves no scratch taken.
   const StepScope scratch(arena);
   bf16* q = project_q(linear, q_buffers(arena, d, tokens), stream, d, w, x, tokens);
