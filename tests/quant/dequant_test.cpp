@@ -142,7 +142,15 @@ TEST(Dequant, RefusesMissingOrMisshapenParts) {
               }),
               HasSubstr("l.w: a packed FP4 weight needs 2 dims and an even column count, got [2, 63]"));
   const TensorView missing[] = {packed.view(), TensorView()};
-  EXPECT_THROW(dequantize(WeightFormat::kMxfp4, missing, Shape{2, 64}, "w"), Error);
+  EXPECT_THAT(error_of([&] {
+                dequantize(WeightFormat::kMxfp4, missing, Shape{2, 64}, "w");
+              }),
+              HasSubstr("w: the weight_scale of a"));
+  // A weight with no rows is present, not missing: its parts have shapes (and no bytes).
+  Tensor packed0(DType::kU8, {0, 32}), scale0(DType::kU8, {0, 2});
+  const TensorView empty_rows[] = {packed0.view(), scale0.view()};
+  const Tensor none = dequantize(WeightFormat::kMxfp4, empty_rows, Shape{0, 64}, "w");
+  EXPECT_EQ(none.shape(), (Shape{0, 64}));
   Tensor zero = Tensor::from_f32(std::vector<float>{0.0f}, Shape{});
   Tensor nv_scale(DType::kF8E4M3, {2, 4});
   const TensorView nv[] = {packed.view(), nv_scale.view(), zero.view(), TensorView()};

@@ -81,7 +81,9 @@ Tensor dequantize(WeightFormat format, std::span<const TensorView> parts, std::s
   KIMIRT_CHECK(parts.size() == comps.size(), "{}: {} parts given for a {} weight of {} components", name, parts.size(),
                format_name(format), comps.size());
   for (size_t i = 0; i < comps.size(); ++i) {
-    if (parts[i].data() == nullptr) {
+    // Absent is the default view (no shape, no data); a present part with no elements has a shape and may have
+    // no data, and is checked as any other.
+    if (parts[i].data() == nullptr && parts[i].shape().empty()) {
       KIMIRT_CHECK(!comps[i].required, "{}: the {} of a {} weight is missing", name, comps[i].suffix,
                    format_name(format));
       continue;
