@@ -23,30 +23,9 @@ namespace {
 using namespace kimirt::cuda;
 using bf16 = __nv_bfloat16;
 
-// `n` buffers holding what `src` holds (an input in several copies), or `n` fresh ones of `bytes` (outputs).
-std::vector<DeviceBuffer> copies_of(const DeviceBuffer& src, int n, cudaStream_t stream) {
-  std::vector<DeviceBuffer> v;
-  for (int i = 0; i < n; ++i) {
-    v.emplace_back(src.size());
-    KIMIRT_CUDA_CHECK(cudaMemcpyAsync(v.back().data(), src.data(), src.size(), cudaMemcpyDeviceToDevice, stream));
-  }
-  return v;
-}
-std::vector<DeviceBuffer> buffers(int n, uint64_t bytes) {
-  std::vector<DeviceBuffer> v;
-  for (int i = 0; i < n; ++i) v.emplace_back(bytes);
-  return v;
-}
-
-// The ops below claim DRAM bandwidth, so a call must not find its operands in L2 from the call before: each
-// row's buffers come in l2_rotation's number of sets (256 MB in all, or one set when a call moves that much) and
-// call i uses set i % copies. (A row of [4096, 7168] moves 88-235 MB, more than the 50 MB L2 but not by much;
-// the decode batches' rows fit in it whole.)
-double time_rotated(Context& ctx, int copies, const std::function<void(int)>& op) {
-  int call = 0;
-  return time_us(ctx, [&] { op(call++ % copies); });
-}
-
+// The ops below claim DRAM bandwidth: each row's buffers come in l2_rotation's number of sets (256 MB in all, or
+// one set when a call moves that much) and call i uses set i % copies (time_rotated). A row of [4096, 7168] moves
+// 88-235 MB, more than the 50 MB L2 but not by much; the decode batches' rows fit in it whole.
 void dense_suite(Context& ctx) {
   const int64_t H = 7168;
   for (int64_t t : {4096, 256, 64, 8, 1}) {

@@ -41,9 +41,6 @@ const Shape kShapes[] = {
     {"latent up 7168x3584", 7168, 3584, OutType::kBF16},     {"router 896x7168 f32", 896, 7168, OutType::kF32},
     {"lm_head 163840x7168 f32", 163840, 7168, OutType::kF32}};
 
-// Enough copies of W that the rotation over them does not fit the 50 MB L2.
-int copies_for(uint64_t bytes) { return static_cast<int>(std::clamp<uint64_t>((256ull << 20) / bytes + 1, 1, 16)); }
-
 void gemm_suite(Context& ctx) {
   DeviceBuffer ws(64 << 20), sws(16 << 20);
   GemmLt lt(ws.data(), ws.size());
@@ -59,7 +56,7 @@ void gemm_suite(Context& ctx) {
   const bool skinny = ctx.wants("skinny");
   for (const Shape& s : skinny ? std::span<const Shape>(kShapes) : std::span<const Shape>()) {
     const uint64_t wbytes = s.n * s.k * 2;
-    const int copies = copies_for(wbytes);
+    const int copies = l2_rotation(static_cast<double>(wbytes)).copies;
     std::vector<DeviceBuffer> w;
     for (int c = 0; c < copies; ++c) {
       w.emplace_back(wbytes);
@@ -129,7 +126,7 @@ void gemm_suite(Context& ctx) {
   if (skinny) {
     const int64_t heads = 96;
     // Weights rotated over copies, as the GEMVs above: one 12.6 MB W_UK would otherwise be read from L2.
-    const int copies = copies_for(heads * 512 * 128 * 2);
+    const int copies = l2_rotation(heads * 512 * 128 * 2.0).copies;
     std::vector<DeviceBuffer> wuks, kvbs;
     for (int c = 0; c < copies; ++c) {
       wuks.emplace_back(heads * 512 * 128 * 2);
@@ -196,10 +193,10 @@ void gemm_suite(Context& ctx) {
   // 256), a prefill chunk (1024) and a long prefill (4096). Each FP8 row's faster path goes into the table at
   // its M; our kernel's other configurations are compared at M = 4096 only.
   for (auto [n, k] : kLargeShapes) {
-    // The weights in copies_for's number of copies (for the FP8 weight's size, the smaller), call i taking copy
+    // The weights in l2_rotation's number of copies (for the FP8 weight's size, the smaller), call i taking copy
     // i % copies: at M = 64 and 256 the products are memory-bound, and a single 28-56 MB weight would be read from
     // L2 by every call after the first.
-    const int wc = copies_for(n * k);
+    const int wc = l2_rotation(static_cast<double>(n * k)).copies;
     std::vector<DeviceBuffer> w, wq, wsc;
     for (int c = 0; c < wc; ++c) {
       w.emplace_back(n * k * 2), wq.emplace_back(n * k), wsc.emplace_back(fp8_w_scale_count(n, k) * 4);

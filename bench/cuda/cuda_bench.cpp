@@ -55,6 +55,27 @@ L2Rotation l2_rotation(double bytes) {
   return {copies, std::max(copies, 6)};
 }
 
+std::vector<kimirt::cuda::DeviceBuffer> copies_of(const kimirt::cuda::DeviceBuffer& src, int n, cudaStream_t stream) {
+  std::vector<kimirt::cuda::DeviceBuffer> v;
+  for (int i = 0; i < n; ++i) {
+    v.emplace_back(src.size());
+    KIMIRT_CUDA_CHECK(cudaMemcpyAsync(v.back().data(), src.data(), src.size(), cudaMemcpyDeviceToDevice, stream));
+  }
+  return v;
+}
+
+std::vector<kimirt::cuda::DeviceBuffer> buffers(int n, uint64_t bytes) {
+  std::vector<kimirt::cuda::DeviceBuffer> v;
+  for (int i = 0; i < n; ++i) v.emplace_back(bytes);
+  return v;
+}
+
+double time_rotated(Context& ctx, int copies, const std::function<void(int)>& op, int reps) {
+  int call = 0;
+  return time_us(
+      ctx, [&] { op(call++ % copies); }, reps);
+}
+
 double graph_time_us(Context& ctx, int calls, const std::function<void(int)>& launch,
                      unsigned long long instantiate_flags, int reps) {
   cudaGraph_t graph = nullptr;

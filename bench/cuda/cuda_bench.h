@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kimirt/cuda/device.h"
+#include "kimirt/cuda/memory.h"
 
 namespace kimirt::bench::cuda {
 
@@ -55,6 +56,14 @@ struct L2Rotation {
   int copies, calls;
 };
 L2Rotation l2_rotation(double bytes);
+
+// `n` buffers holding what `src` holds (an input in l2_rotation's copies), or `n` fresh ones of `bytes` (outputs).
+std::vector<kimirt::cuda::DeviceBuffer> copies_of(const kimirt::cuda::DeviceBuffer& src, int n, cudaStream_t stream);
+std::vector<kimirt::cuda::DeviceBuffer> buffers(int n, uint64_t bytes);
+
+// time_us of op(c), call i taking c = i % copies: the ops that claim DRAM bandwidth rotate their operands over
+// l2_rotation's copies, so that no call finds them in L2 from the call before.
+double time_rotated(Context& ctx, int copies, const std::function<void(int)>& op, int reps = 10);
 
 // Time per call of `calls` calls of launch(r) (r = 0 .. calls - 1) captured as one CUDA graph on ctx.stream, as a
 // decode step runs them: device time without the host's launch overhead. The graph is instantiated with

@@ -2,6 +2,7 @@
 // block-scale paths (cuBLASLt and ours), against fp64 dot products of the same bf16 / e4m3 inputs on sampled outputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,19 @@ namespace {
 
 using test::download;
 using test::upload;
+
+// Outputs off by more than one bf16 rounding step (2^-8 relative) plus 1e-3 of the references' rms (the fp32
+// summation of near-cancelling sums): a misplaced or missing output (NaN poison) counts however few there are.
+int64_t beyond_bf16_step(const std::vector<float>& got, const std::vector<float>& ref) {
+  double ss = 0.0;
+  for (float r : ref) ss += static_cast<double>(r) * r;
+  const double floor = 1e-3 * std::sqrt(ss / std::max<size_t>(ref.size(), 1));
+  int64_t bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    bad += !(std::fabs(static_cast<double>(got[i]) - ref[i]) <= std::ldexp(std::fabs(ref[i]), -8) + floor);
+  }
+  return bad;
+}
 
 struct Problem {
   int64_t m, n, k;
@@ -69,19 +83,11 @@ struct Problem {
     const auto [got, ref] = sampled(y, ldy, max_samples);
     return test::rel_err(got, ref);
   }
-  // Outputs off by more than one bf16 rounding step (2^-8 relative) plus 1e-3 of the outputs' rms (the fp32
-  // summation of near-cancelling sums): a misplaced or missing output counts however few there are.
+  // Outputs off by more than one bf16 step (beyond_bf16_step), among up to `max_samples` sampled ones.
   int64_t bad_outputs(const std::vector<float>& y, int64_t ldy, int64_t max_samples) const {
     if (const int64_t bad = non_finite(y, ldy)) return bad;
     const auto [got, ref] = sampled(y, ldy, max_samples);
-    double ss = 0.0;
-    for (float r : ref) ss += static_cast<double>(r) * r;
-    const double floor = 1e-3 * std::sqrt(ss / std::max<size_t>(ref.size(), 1));
-    int64_t bad = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      bad += !(std::fabs(static_cast<double>(got[i]) - ref[i]) <= std::ldexp(std::fabs(ref[i]), -8) + floor);
-    }
-    return bad;
+    return beyond_bf16_step(got, ref);
   }
   // bad_outputs over every output, the fp64 reference computed once per problem: the sampled error alone sees
   // 512 fixed outputs, which a wrong tile or row group elsewhere would not touch.
@@ -94,20 +100,12 @@ struct Problem {
           for (int64_t kk = 0; kk < k; ++kk) acc += static_cast<double>(x[i * k + kk]) * w[j * k + kk];
           full_ref[i * n + j] = static_cast<float>(acc);
         }
-      double ss = 0.0;
-      for (float r : full_ref) ss += static_cast<double>(r) * r;
-      full_floor = 1e-3 * std::sqrt(ss / std::max<int64_t>(m * n, 1));
     }
-    int64_t bad = 0;
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        const double r = full_ref[i * n + j];
-        bad += !(std::fabs(y[i * ldy + j] - r) <= std::ldexp(std::fabs(r), -8) + full_floor);
-      }
-    return bad;
+    std::vector<float> got(m * n);
+    for (int64_t i = 0; i < m; ++i) std::copy_n(y.begin() + i * ldy, n, got.begin() + i * n);
+    return beyond_bf16_step(got, full_ref);
   }
   mutable std::vector<float> full_ref;
-  mutable double full_floor = 0.0;
 };
 
 std::vector<float> y_as_float(const DeviceBuffer& y, OutType t, int64_t count) {

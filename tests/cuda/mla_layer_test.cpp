@@ -139,11 +139,10 @@ TEST(MlaLayer, DecodeStepMatchesCpuAbsorbedPath) {
         std::vector<float> ref(s.hidden), new_latent(576);
         cpu::mla_forward(s.cdims(), s.cweights(), x.data() + b * s.hidden, 1, ctx[b] ? cache.rows(b) : nullptr, ctx[b],
                          ref.data(), new_latent.data(), cpu::MlaPath::kAbsorbed);
-        std::vector<float> g(got.begin() + b * s.hidden, got.begin() + (b + 1) * s.hidden);
-        EXPECT_LE(test::rel_err(g, ref), 1e-2) << "sequence " << b << " context " << ctx[b];
-        std::vector<float> row(cache_after.begin() + size_t(slots[b]) * 576,
-                               cache_after.begin() + size_t(slots[b] + 1) * 576);
-        EXPECT_LE(test::rel_err(row, new_latent), 1e-2) << "appended latent of sequence " << b;
+        EXPECT_LE(test::rel_err(test::part(got, b * s.hidden, s.hidden), ref), 1e-2)
+            << "sequence " << b << " context " << ctx[b];
+        EXPECT_LE(test::rel_err(test::part(cache_after, int64_t{slots[b]} * 576, 576), new_latent), 1e-2)
+            << "appended latent of sequence " << b;
       }
     }
     EXPECT_EQ(arena.step_used(), 0u) << "scratch released";
@@ -202,8 +201,8 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
         cpu::mla_forward(cd, s.cweights(), x.data() + cu_q[b] * s.hidden, fresh[b], cached[b] ? cache.rows(b) : nullptr,
                          cached[b], ref.data(), new_latent.data(), cpu::MlaPath::kExpanded);
       }
-      std::vector<float> g(got.begin() + cu_q[b] * s.hidden, got.begin() + cu_q[b + 1] * s.hidden);
-      EXPECT_LE(test::rel_err(g, ref), 1e-2) << "sequence " << b;
+      EXPECT_LE(test::rel_err(test::part(got, cu_q[b] * s.hidden, (cu_q[b + 1] - cu_q[b]) * s.hidden), ref), 1e-2)
+          << "sequence " << b;
     }
     EXPECT_EQ(on.step_used(), 0u) << "scratch released";
   };
@@ -391,8 +390,7 @@ TEST(MlaLayer, DecodeStepGraphReplaysAcrossSteps) {
         std::vector<float> ref(s.hidden), new_latent(576);
         cpu::mla_forward(s.cdims(), s.cweights(), x.data() + b * s.hidden, 1, ctx[b] ? cache.rows(b) : nullptr, ctx[b],
                          ref.data(), new_latent.data(), cpu::MlaPath::kAbsorbed);
-        const std::vector<float> g(got.begin() + b * s.hidden, got.begin() + (b + 1) * s.hidden);
-        EXPECT_LE(test::rel_err(g, ref), 1e-2) << "sequence " << b;
+        EXPECT_LE(test::rel_err(test::part(got, b * s.hidden, s.hidden), ref), 1e-2) << "sequence " << b;
       }
     }
   }

@@ -106,10 +106,7 @@ void check_prefill(const std::vector<int32_t>& tq, const std::vector<int32_t>& t
     const std::vector<float> got = dl_bf16(out, nq * heads * 128);
     const std::vector<float> got_lse = download<float>(lse.data(), nq * heads);
     const auto rows = [&](int64_t first, int64_t count) {
-      const auto at = [&](const std::vector<float>& v) {
-        return std::vector<float>(v.begin() + first * 128, v.begin() + (first + count) * 128);
-      };
-      return test::rel_err(at(got), at(ref));
+      return test::rel_err(test::part(got, first * 128, count * 128), test::part(ref, first * 128, count * 128));
     };
     for (size_t b = 0; b < tq.size(); ++b) {
       const std::string what = cat(mla_prefill_kernel_name(kernel), " heads ", heads, " gate ", with_gate,
@@ -232,7 +229,7 @@ TEST(MlaPrefill, MergedPassesEqualOnePass) {
   }
   const std::vector<float> want = dl_bf16(whole, nq * heads * 128), got = dl_bf16(merged, nq * heads * 128);
   const auto seq = [&](const std::vector<float>& v, int b) {
-    return std::vector<float>(v.begin() + cu_q[b] * heads * 128, v.begin() + cu_q[b + 1] * heads * 128);
+    return test::part(v, int64_t{cu_q[b]} * heads * 128, int64_t{cu_q[b + 1] - cu_q[b]} * heads * 128);
   };
   for (int b = 0; b < 2; ++b) EXPECT_LE(test::rel_err(seq(got, b), seq(want, b)), 1e-2) << "sequence " << b;
   for (float v : seq(got, 2)) ASSERT_EQ(v, 0.0f) << "sequence 2 sees no key";
@@ -349,7 +346,7 @@ TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
         const std::vector<float> got = dl_bf16(out, batch * heads * 512);
         for (int b = 0; b < batch; ++b) {
           const auto seq = [&](const std::vector<float>& v) {
-            return std::vector<float>(v.begin() + int64_t{b} * heads * 512, v.begin() + int64_t{b + 1} * heads * 512);
+            return test::part(v, int64_t{b} * heads * 512, heads * 512);
           };
           EXPECT_LE(test::rel_err(seq(got), seq(ref)), 1e-2)
               << mla_decode_kernel_name(kernel) << " heads " << heads << " page " << page << " splits " << plan.splits
@@ -388,7 +385,7 @@ TEST(MlaDecode, GivenScale) {
         const std::vector<float> got = dl_bf16(out, batch * heads * 512);
         for (int b = 0; b < batch; ++b) {
           const auto seq = [&](const std::vector<float>& v) {
-            return std::vector<float>(v.begin() + int64_t{b} * heads * 512, v.begin() + int64_t{b + 1} * heads * 512);
+            return test::part(v, int64_t{b} * heads * 512, heads * 512);
           };
           EXPECT_LE(test::rel_err(seq(got), seq(ref)), 1e-2) << mla_decode_kernel_name(kernel) << " heads " << heads
                                                              << " splits " << plan.splits << ", sequence " << b;

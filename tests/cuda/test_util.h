@@ -157,6 +157,12 @@ inline DeviceBuffer poisoned(size_t bytes) {
 }
 
 // ‖out − ref‖ / ‖ref‖; any NaN in out gives +inf.
+// Values [first, first + count) of v: one sequence's (or row's) part of a flat result, compared on its own so that
+// a short sequence's error cannot hide in a joint norm with a long one's.
+inline std::vector<float> part(const std::vector<float>& v, int64_t first, int64_t count) {
+  return std::vector<float>(v.begin() + first, v.begin() + first + count);
+}
+
 inline double rel_err(const std::vector<float>& out, const std::vector<float>& ref) {
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < out.size(); ++i) {

@@ -67,6 +67,24 @@ void o_proj(Linear& linear, cudaStream_t stream, const MlaLayerDims& d, const Ml
   linear(stream, o, w.o_proj, out, OutType::kBF16, t, d.hidden, d.heads * kV, accumulate ? 1.0f : 0.0f);
 }
 
+// The cache view and batch that the append, gather and attention kernels would refuse, refused before a step
+// queues anything (the kernels check again; a step refused here leaves the cache as it was). `step` starts the
+// message; the decode kernels copy whole 32-row tiles, so decode wants pages of a multiple of 32 rows.
+void check_cache_view(const char* step, const MlaCacheView& cache, int64_t batch, bool pages_of_32) {
+  const bool cache_ok = cache.cache && reinterpret_cast<uintptr_t>(cache.cache) % 16 == 0;
+  const bool page_ok = cache.page_size > 0 && (!pages_of_32 || cache.page_size % 32 == 0);
+  KIMIRT_CHECK(batch <= 65535 && cache_ok && cache.block_table && cache.ld_block_table > 0 && page_ok &&
+                   cache.num_pages >= 0 && cache.num_pages * cache.page_size <= (int64_t{1} << 31),
+               "{}: batch {} (at most 65535), cache {}, block table {} (row stride {}), page size {} ({}), {} pages "
+               "(rows below 2^31)",
+               step, batch,
+               !cache.cache ? "null"
+               : cache_ok   ? "set"
+                            : "not 16-byte aligned",
+               cache.block_table ? "set" : "null", cache.ld_block_table, cache.page_size,
+               pages_of_32 ? "a positive multiple of 32" : "positive", cache.num_pages);
+}
+
 }  // namespace
 
 int mla_gate_sms(int sm_count, int64_t heads, int64_t batch) {
@@ -96,18 +114,9 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   if (batch == 0) return;
   // The cache view, batch and pointers that the attention would refuse, refused before anything is queued on
   // either stream (the attention checks them again; its shape checks cannot fail on what this step builds).
-  const bool cache_ok = cache.cache && reinterpret_cast<uintptr_t>(cache.cache) % 16 == 0;
-  KIMIRT_CHECK(batch <= 65535 && cache_ok && cache.block_table && cache.ld_block_table > 0 && cache.page_size > 0 &&
-                   cache.page_size % 32 == 0 && cache.num_pages >= 0 &&
-                   cache.num_pages * cache.page_size <= (int64_t{1} << 31) && slots && seq_lens,
-               "MLA decode: batch {} (at most 65535), cache {}, block table {} (row stride {}), page size {} (a "
-               "positive multiple of 32), {} pages (rows below 2^31), slots {}, lengths {}",
-               batch,
-               !cache.cache ? "null"
-               : cache_ok   ? "set"
-                            : "not 16-byte aligned",
-               cache.block_table ? "set" : "null", cache.ld_block_table, cache.page_size, cache.num_pages,
-               slots ? "set" : "null", seq_lens ? "set" : "null");
+  check_cache_view("MLA decode", cache, batch, true);
+  KIMIRT_CHECK(slots && seq_lens, "MLA decode: slots {}, lengths {}", slots ? "set" : "null",
+               seq_lens ? "set" : "null");
   const StepScope scratch(arena);
   // All of the step's scratch is taken before the side stream forks: a throw after the fork would give back
   // memory that the side stream's queued work still uses.
@@ -236,18 +245,9 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
                tokens, total_k, batch, max_q, max_k);
   // What the append, the gather and the attention would refuse, refused before the projections are queued and
   // the chunk's rows written to the cache (a refused step leaves the cache as it was).
-  const bool cache_ok = cache.cache && reinterpret_cast<uintptr_t>(cache.cache) % 16 == 0;
-  KIMIRT_CHECK(batch <= 65535 && cache_ok && cache.block_table && cache.ld_block_table > 0 && cache.page_size > 0 &&
-                   cache.num_pages >= 0 && cache.num_pages * cache.page_size <= (int64_t{1} << 31) && cu_q && cu_k &&
-                   slots,
-               "MLA prefill: batch {} (at most 65535), cache {}, block table {} (row stride {}), page size {}, {} "
-               "pages (rows below 2^31), cu_q {}, cu_k {}, slots {}",
-               batch,
-               !cache.cache ? "null"
-               : cache_ok   ? "set"
-                            : "not 16-byte aligned",
-               cache.block_table ? "set" : "null", cache.ld_block_table, cache.page_size, cache.num_pages,
-               cu_q ? "set" : "null", cu_k ? "set" : "null", slots ? "set" : "null");
+  check_cache_view("MLA prefill", cache, batch, false);
+  KIMIRT_CHECK(cu_q && cu_k && slots, "MLA prefill: cu_q {}, cu_k {}, slots {}", cu_q ? "set" : "null",
+               cu_k ? "set" : "null", slots ? "set" : "null");
   // Given back however the step ends: a refused pass (or a failed allocation) leaves no scratch taken.
   const StepScope scratch(arena);
   bf16* q = project_q(linear, q_buffers(arena, d, tokens), stream, d, w, x, tokens);
