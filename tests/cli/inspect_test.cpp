@@ -113,6 +113,34 @@ TEST(Inspect, DevicePlansEveryGpu) {
 #endif
 }
 
+// The weights a GPU must hold are sized from the formats the checkpoint stores, not from what its config
+// predicts: the k3-tiny copy whose config no longer declares the MXFP4 experts still stores them as MXFP4, so
+// its weights take exactly as many bytes as the original's (from the prediction alone, BF16 experts: about 4x).
+TEST(Inspect, DeviceWeightsAreSizedFromTheStoredFormats) {
+  const fs::path dir = copy_of("k3-tiny", "undeclared-quantization");
+  nlohmann::json config;
+  std::ifstream(dir / "config.json") >> config;
+  ASSERT_TRUE(config["text_config"].contains("quantization_config"));
+  config["text_config"].erase("quantization_config");
+  std::ofstream(dir / "config.json") << config.dump(2);
+  const auto weight_bytes = [](const std::string& path) -> std::pair<int, uint64_t> {
+    const auto r = run_kimirt("inspect --json --device " + path);
+    if (r.exit_code != 0) {
+      ADD_FAILURE() << path << ": " << r.output;
+      return {0, 0};
+    }
+    const auto m = nlohmann::json::parse(r.output)["device"]["model_per_gpu"];
+    if (m.contains("error")) return {m["tp"].get<int>(), 0};  // the tiny model does not map to this many GPUs
+    return {m["tp"].get<int>(), m["weight_bytes"].get<uint64_t>()};
+  };
+  const auto [tp, original] = weight_bytes(golden("k3-tiny"));
+  const auto [tp_copy, undeclared] = weight_bytes(dir.string());
+  ASSERT_EQ(tp, tp_copy);
+  if (original == 0) GTEST_SKIP() << "the tiny model does not map to " << tp << " GPUs";
+  EXPECT_EQ(undeclared, original);
+  fs::remove_all(dir);
+}
+
 TEST(Inspect, GoldenKimiLinearJson) {
   const auto r = run_kimirt("inspect --json " + golden("kl-tiny"));
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -47,6 +47,11 @@ TEST(MemoryBudget, ParsesPercentAndSizes) {
   EXPECT_THROW(parse_memory_budget("12 parsecs"), Error);
   EXPECT_THROW(parse_memory_budget(""), Error);
   EXPECT_THROW(parse_memory_budget("-3G"), Error);
+  // Spaces around the text and before the unit only: digits are not joined across a space.
+  EXPECT_EQ(parse_memory_budget("  64 GiB ").max_bytes, 64ull << 30);
+  for (const char* text : {"1 28GiB", "1 2 8GiB", "64 G iB", "9 0%"}) {
+    EXPECT_THROW(parse_memory_budget(text), Error) << text;
+  }
 }
 
 // Read as bytes, "0.9" (a fraction written without %) truncated to 0, which plan_memory takes for "no limit";

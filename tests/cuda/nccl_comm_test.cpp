@@ -6,6 +6,7 @@
 
 #include <exception>
 #include <filesystem>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -102,6 +103,22 @@ TEST(NcclComm, TwoRanksOnTwoGpus) {
 TEST(NcclComm, BadRankIsAnError) {
   KIMIRT_REQUIRE_GPU();
   EXPECT_THROW(NcclComm::create(nccl_new_id(), 2, 2, 0), Error);
+}
+
+// A negative split color is refused with a message naming it, as the host communicators do (NCCL would hand
+// back no communicator for -1).
+TEST(NcclComm, NegativeSplitColorIsAnError) {
+  KIMIRT_REQUIRE_GPU();
+  auto comm = NcclComm::create(nccl_new_id(), 1, 0, 0);
+  for (const int color : {-1, -7}) {
+    try {
+      comm->split(color, 0);
+      ADD_FAILURE() << "color " << color << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("color"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(comm->split(0, 0)->size(), 1) << "the communicator still splits after a refusal";
 }
 
 }  // namespace

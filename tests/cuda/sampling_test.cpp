@@ -490,9 +490,10 @@ TEST(Sampling, NoTokenGetsInfiniteNoise) {
 
 // Temperatures below kMinTemperature are greedy. Before, z = v/T overflowed: 50/T and 60/T both +inf for
 // T = 1e-37 (1/T itself for T = 1e-40), and the lower id of the two won.
-// Rows that are not all finite, as the CPU sampler takes them: NaN is never drawn, an infinite logit wins
-// (the lowest id of several), and a row with nothing above -inf gives its lowest id. Every filter path:
-// one block and split rows, the candidate list (top-k), top-p and min-p.
+// Rows that are not all finite: NaN is never drawn, an infinite logit wins (the lowest id of several, where the
+// CPU sampler draws among them: sampling.h), and a row with nothing above -inf gives its lowest id, NaN counting
+// as -inf (as on the CPU). Every filter path: one block and split rows, the candidate list (top-k), top-p and
+// min-p.
 TEST(Sampling, NonFiniteLogitsAreDrawnSensibly) {
   KIMIRT_REQUIRE_GPU();
   const int64_t vocab = 163840;
@@ -508,6 +509,8 @@ TEST(Sampling, NonFiniteLogitsAreDrawnSensibly) {
       {{{150000, inf}, {900, inf}}, Rest::kRandom, {900}},
       {{}, Rest::kNegInf, {0}},
       {{{5, 3.0f}, {160000, 3.5f}}, Rest::kNaN, {5, 160000}},
+      {{{0, nan}, {3, nan}}, Rest::kNegInf, {0}},  // NaN first: still the lowest id of a row without finite values
+      {{{7, -inf}}, Rest::kNaN, {0}},
   };
   for (const Row& row : rows) {
     std::vector<float> l = row.rest == Rest::kRandom ? test::random_vec(vocab, 7, -5, 5)
@@ -726,8 +729,12 @@ TEST(Sampling, JoinCandidatesTakesTheBestScoreThenTheLowerId) {
 // GPUs; this runs wherever one GPU does.)
 TEST(Sampling, HalvesJoinedEqualTheWholeVocabulary) {
   KIMIRT_REQUIRE_GPU();
-  const int64_t rows = 6, vocab = 163840, half = vocab / 2;
-  const std::vector<float> logits = test::random_vec(rows * vocab, 81, -4, 4);
+  const int64_t rows = 8, vocab = 163840, half = vocab / 2;
+  std::vector<float> logits = test::random_vec(rows * vocab, 81, -4, 4);
+  // Rows 6 (greedy) and 7: a first half of NaN and a second half of -inf. Nothing is finite, so the lowest id
+  // wins, NaN counting as -inf: a shard of NaN alone must not offer its own NaN token as better than -inf.
+  for (int64_t r = 6; r < 8; ++r)
+    for (int64_t v = 0; v < vocab; ++v) logits[r * vocab + v] = v < half ? NAN : -INFINITY;
   std::vector<SamplingParams> ps(rows);
   for (int64_t r = 0; r < rows; ++r) {
     ps[r].temperature = r % 3 == 0 ? 0.0f : 0.6f + 0.2f * r;
@@ -756,7 +763,9 @@ TEST(Sampling, HalvesJoinedEqualTheWholeVocabulary) {
     const auto scores = download<float>(whole_s.data(), rows);
     EXPECT_EQ(download<int32_t>(join_i.data(), rows), ids);
     EXPECT_EQ(download<float>(join_s.data(), rows), scores);
-    for (int64_t r = 0; r < rows; r += 3) {  // the greedy rows
+    EXPECT_EQ(ids[6], 0);
+    EXPECT_EQ(ids[7], 0);
+    for (int64_t r = 0; r < 6; r += 3) {  // the greedy rows with finite logits
       const float mx = *std::max_element(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
       EXPECT_EQ(scores[r], mx) << "greedy row " << r;
       EXPECT_EQ(logits[r * vocab + ids[r]], mx) << "greedy row " << r;

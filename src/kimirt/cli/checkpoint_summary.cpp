@@ -55,9 +55,11 @@ void count_weight_formats(const io::Checkpoint& checkpoint, CheckpointSummary& s
 }
 
 void check_against_schema(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
-  const auto schema = model::Schema::for_checkpoint(*s.config, model::checkpoint_keys(checkpoint));
-  for (const auto& p : schema.params()) s.parameters += static_cast<uint64_t>(shape_numel(p.shape));
-  const auto plan = model::LoadPlan::build(checkpoint, schema, model::ParallelMapping{});
+  auto schema = std::make_shared<const model::Schema>(
+      model::Schema::for_checkpoint(*s.config, model::checkpoint_keys(checkpoint)));
+  for (const auto& p : schema->params()) s.parameters += static_cast<uint64_t>(shape_numel(p.shape));
+  const auto plan = model::LoadPlan::build(checkpoint, *schema, model::ParallelMapping{});
+  s.schema = std::move(schema);
   for (const auto& key : plan.unexpected_keys()) s.warnings.push_back("unexpected tensor " + key);
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kimirt/model/config.h"
+#include "kimirt/model/schema.h"
 
 namespace kimirt::cli {
 
@@ -28,11 +30,14 @@ struct CheckpointSummary {
   std::vector<ShardSummary> shards;
   size_t tensors = 0;
   uint64_t tensor_bytes = 0;
-  std::map<std::string, uint64_t> bytes_per_dtype;     // "BF16" -> bytes
-  std::map<std::string, size_t> weights_per_format;    // "mxfp4" -> count of weights stored so
-  uint64_t parameters = 0;                             // logical parameter count of the schema
-  std::vector<std::string> side_files;                 // tokenizer files, generation config, ...
-  std::string chat_template;                           // one line; empty when no family is known
+  std::map<std::string, uint64_t> bytes_per_dtype;   // "BF16" -> bytes
+  std::map<std::string, size_t> weights_per_format;  // "mxfp4" -> count of weights stored so
+  uint64_t parameters = 0;                           // logical parameter count of the schema
+  // The parameters with the formats the checkpoint stores them in (null when config or tensors could not be
+  // read): what `inspect --device` sizes the weights from.
+  std::shared_ptr<const model::Schema> schema;
+  std::vector<std::string> side_files;  // tokenizer files, generation config, ...
+  std::string chat_template;            // one line; empty when no family is known
   std::vector<std::string> errors;
   std::vector<std::string> warnings;
 

@@ -34,12 +34,13 @@ const RegisterCommand kInspect("inspect", 10, [](CLI::App& app) {
     const auto summary = summarize_checkpoint(args->dir);
     if (args->json) {
       auto j = summary.to_json();
-      if (args->device) j["device"] = device_summary_json(summary.config, args->gpu_memory);
+      if (args->device) j["device"] = device_summary_json(summary.config, summary.schema.get(), args->gpu_memory);
       // Replacing bytes that are not UTF-8 (a directory's name may hold any): the JSON still comes out.
       std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::fputs(summary.to_text().c_str(), stdout);
-      if (args->device) std::fputs(device_summary_text(summary.config, args->gpu_memory).c_str(), stdout);
+      if (args->device)
+        std::fputs(device_summary_text(summary.config, summary.schema.get(), args->gpu_memory).c_str(), stdout);
     }
     set_exit_code(summary.ok() ? 0 : 1);
   });

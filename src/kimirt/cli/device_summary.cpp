@@ -45,12 +45,15 @@ struct ModelNeeds {
   std::string error;  // the mapping does not fit the model
 };
 
-ModelNeeds model_needs(const model::ModelConfig& config, int tp) {
+// stored: the checkpoint's schema (its formats resolved from the tensors), or null to predict them from config.
+ModelNeeds model_needs(const model::ModelConfig& config, const model::Schema* stored, int tp) {
   ModelNeeds n;
   n.tp = tp;
   n.default_context = std::min(config.max_position_embeddings.value_or(kDefaultContext), kDefaultContext);
   try {
-    const model::Schema schema(config, model::default_layout(config));
+    const std::optional<model::Schema> predicted =
+        stored ? std::nullopt : std::optional<model::Schema>(std::in_place, config, model::default_layout(config));
+    const model::Schema& schema = stored ? *stored : *predicted;
     const model::ParallelMapping mapping = model::ParallelMapping::make(tp, 0);
     for (const model::ParamSlice& s : model::slice_all(schema, mapping)) {
       if (!s.held()) continue;
@@ -162,11 +165,12 @@ struct DeviceReport {
   }
 };
 
-DeviceReport device_report(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory) {
+DeviceReport device_report(const std::optional<model::ModelConfig>& config, const model::Schema* stored,
+                           const std::string& gpu_memory) {
   DeviceReport r;
   const cuda::MemoryBudget budget = gpu_memory.empty() ? cuda::MemoryBudget{} : cuda::parse_memory_budget(gpu_memory);
   r.gpus = cuda::gpu_available() ? cuda::device_count() : 0;
-  if (config) r.needs = model_needs(*config, std::max(r.gpus, 1));
+  if (config) r.needs = model_needs(*config, stored, std::max(r.gpus, 1));
   for (int d = 0; d < r.gpus; ++d) {
     try {
       GpuPlan g;
@@ -205,10 +209,11 @@ void check_gpu_memory(const std::string& gpu_memory) {
 #endif
 }
 
-std::string device_summary_text(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory) {
+std::string device_summary_text(const std::optional<model::ModelConfig>& config, const model::Schema* stored,
+                                const std::string& gpu_memory) {
   std::string out;
 #ifdef KIMIRT_HAVE_CUDA
-  const DeviceReport r = device_report(config, gpu_memory);
+  const DeviceReport r = device_report(config, stored, gpu_memory);
   if (r.gpus == 0) out += "  device      none visible (CUDA build, but no driver or device)\n";
   if (!r.error.empty()) out += fmt::format("  device      error: {}\n", r.error);
   for (const GpuPlan& g : r.plans) out += indent(cuda::describe(g.info) + "\n" + cuda::memory_plan_text(g.plan));
@@ -228,15 +233,16 @@ std::string device_summary_text(const std::optional<model::ModelConfig>& config,
 #else
   check_gpu_memory(gpu_memory);
   out += "  device      none: this kimirt was built without CUDA\n";
-  if (config) out += needs_text(model_needs(*config, 1));
+  if (config) out += needs_text(model_needs(*config, stored, 1));
 #endif
   return out;
 }
 
-nlohmann::json device_summary_json(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory) {
+nlohmann::json device_summary_json(const std::optional<model::ModelConfig>& config, const model::Schema* stored,
+                                   const std::string& gpu_memory) {
   nlohmann::json j;
 #ifdef KIMIRT_HAVE_CUDA
-  const DeviceReport r = device_report(config, gpu_memory);
+  const DeviceReport r = device_report(config, stored, gpu_memory);
   j["cuda"] = true;
   j["gpus"] = r.gpus;
   if (!r.error.empty()) j["error"] = r.error;
@@ -270,7 +276,7 @@ nlohmann::json device_summary_json(const std::optional<model::ModelConfig>& conf
 #else
   check_gpu_memory(gpu_memory);
   j["cuda"] = false;
-  if (config) j["model_per_gpu"] = needs_json(model_needs(*config, 1));
+  if (config) j["model_per_gpu"] = needs_json(model_needs(*config, stored, 1));
 #endif
   return j;
 }

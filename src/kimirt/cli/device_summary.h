@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kimirt/model/config.h"
+#include "kimirt/model/schema.h"
 
 namespace kimirt::cli {
 
@@ -15,7 +16,11 @@ namespace kimirt::cli {
 // Throws kimirt::Error naming the text when it is not a budget, on any build and whether or not a GPU is
 // visible (check_gpu_memory), so that a typo is refused before anything else runs.
 void check_gpu_memory(const std::string& gpu_memory);
-std::string device_summary_text(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory = {});
-nlohmann::json device_summary_json(const std::optional<model::ModelConfig>& config, const std::string& gpu_memory = {});
+// The model's weights are sized from `stored` (the checkpoint's schema, with the formats its tensors are stored
+// in) when given, else from the formats the config predicts (quantized routed experts, float elsewhere).
+std::string device_summary_text(const std::optional<model::ModelConfig>& config, const model::Schema* stored,
+                                const std::string& gpu_memory = {});
+nlohmann::json device_summary_json(const std::optional<model::ModelConfig>& config, const model::Schema* stored,
+                                   const std::string& gpu_memory = {});
 
 }  // namespace kimirt::cli

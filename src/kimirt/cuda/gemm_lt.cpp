@@ -96,9 +96,24 @@ std::vector<cublasLtMatmulHeuristicResult_t> heuristic(cublasLtHandle_t handle, 
   return results;
 }
 
+// A cached plan's launch that fails (an algorithm refused at run time) names the product it was for.
+void check_matmul(cublasStatus_t status, const Plan& plan, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) [[likely]]
+    return;
+  throw_cublas_error(status, cat("cublasLtMatmul for ", plan.what, " (algorithm ", plan.chosen, ")").c_str(), __FILE__,
+                     line);
+}
+
+// Whether tuning must not run on `stream` (it synchronizes on events): while a capture is under way, or when
+// the query itself fails (the legacy stream while another thread captures in global mode), whose error is
+// cleared so that the next launch check does not report it as its own.
 bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
 }
 
 template <typename T>
@@ -302,8 +317,9 @@ void GemmLt::run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t s
     return plan;
   });
   const float alpha = 1.0f;
-  KIMIRT_CUBLAS_CHECK(cublasLtMatmul(handle_, slot.desc, &alpha, w, slot.a, x, slot.b, &beta, y, slot.d, y, slot.d,
-                                     &slot.algo, workspace_, workspace_bytes_, stream));
+  check_matmul(cublasLtMatmul(handle_, slot.desc, &alpha, w, slot.a, x, slot.b, &beta, y, slot.d, y, slot.d, &slot.algo,
+                              workspace_, workspace_bytes_, stream),
+               slot, __LINE__);
 }
 
 void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_scales, const uint8_t* wq,
@@ -389,8 +405,9 @@ void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_s
   KIMIRT_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(slot.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
   const float alpha = 1.0f, beta = 0.0f;
-  KIMIRT_CUBLAS_CHECK(cublasLtMatmul(handle_, slot.desc, &alpha, wq, slot.a, xq, slot.b, &beta, d, slot.d, d, slot.d,
-                                     &slot.algo, workspace_, workspace_bytes_, stream));
+  check_matmul(cublasLtMatmul(handle_, slot.desc, &alpha, wq, slot.a, xq, slot.b, &beta, d, slot.d, d, slot.d,
+                              &slot.algo, workspace_, workspace_bytes_, stream),
+               slot, __LINE__);
   if (!direct) {
     KIMIRT_CUDA_CHECK(cudaMemcpy2DAsync(y, static_cast<size_t>(ldy) * 2, d, static_cast<size_t>(n) * 2,
                                         static_cast<size_t>(n) * 2, static_cast<size_t>(m), cudaMemcpyDeviceToDevice,

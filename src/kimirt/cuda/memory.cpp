@@ -53,8 +53,11 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 }
 
 MemoryBudget parse_memory_budget(std::string_view text, MemoryBudget base) {
-  std::string t(text);
-  t.erase(std::remove_if(t.begin(), t.end(), [](unsigned char c) { return std::isspace(c); }), t.end());
+  // Spaces around the text and between the number and its unit ("512 MiB"), nowhere else: "1 28GiB" is not 128 GiB.
+  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  std::string_view t = text;
+  while (!t.empty() && space(t.front())) t.remove_prefix(1);
+  while (!t.empty() && space(t.back())) t.remove_suffix(1);
   KIMIRT_CHECK(!t.empty(), "GPU memory budget: empty value (expected e.g. \"90%\" or \"120GiB\")");
   double value = 0.0;
   const char* first = t.data();
@@ -62,7 +65,9 @@ MemoryBudget parse_memory_budget(std::string_view text, MemoryBudget base) {
   const auto [ptr, ec] = std::from_chars(first, last, value);
   KIMIRT_CHECK(ec == std::errc() && ptr != first && std::isfinite(value) && value > 0.0,
                "GPU memory budget \"{}\": expected a positive number followed by % or a size unit", text);
-  std::string unit(ptr, last);
+  const char* unit_start = ptr;
+  while (unit_start != last && space(*unit_start)) ++unit_start;
+  std::string unit(unit_start, last);
   for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (unit == "%") {
     KIMIRT_CHECK(value <= 100.0, "GPU memory budget \"{}\": a percentage must be at most 100", text);

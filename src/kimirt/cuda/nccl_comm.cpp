@@ -236,6 +236,9 @@ void NcclComm::barrier() {
 }
 
 std::unique_ptr<Comm> NcclComm::split(int color, int key) {
+  // NCCL_SPLIT_NOCOLOR (-1) would leave this rank without a communicator (a null one, failing later with a bare
+  // "invalid argument"); the host communicators refuse negative colors too.
+  KIMIRT_CHECK(color >= 0, "NCCL: split color {} must not be negative", color);
   const DeviceGuard on_device(device_);  // the sub-communicator's scratch goes on this comm's device
   auto impl = std::make_unique<Impl>(device_);
   KIMIRT_NCCL_CHECK(ncclCommSplit(impl_->comm, color, key, &impl->comm, nullptr));

@@ -373,14 +373,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The slice once from global memory (the first `cached` values kept in shared memory).
   fill_cache(cache, z + begin, min(n, cached));
   __syncthreads();
-  auto value = [&](int i) { return i < cached ? cache[i] : __ldcs(z + begin + i); };
+  // NaN counts as -inf everywhere (never drawn, as on the CPU): thresholds, masses, the draw and its fallback then
+  // see one value for it, so a row with nothing finite gives its lowest id, whatever the filters or the sharding.
+  auto value = [&](int i) {
+    const float v = i < cached ? cache[i] : __ldcs(z + begin + i);
+    return isnan(v) ? -INFINITY : v;
+  };
   auto slice_id = [&](int i) { return begin + i; };
 
   // Max (and argmax for greedy) of the slice.
   float best = -INFINITY;
   int best_id = 0x7fffffff;
   for_each_value(n, value, [&](float v, int i) {
-    v = isnan(v) ? -INFINITY : v;
     if (pair_better(v, begin + i, best, best_id)) best = v, best_id = begin + i;
   });
   block_argmax(best, best_id, sh.sv, sh.si);

@@ -14,6 +14,10 @@
 // to the top-k or top-p threshold value is kept (a threshold is a value, found without sorting), where the
 // CPU sorts by (logit, lower id) and keeps exactly k tokens, or stops top-p at the first token that reaches
 // the mass. Rounding aside, the kept sets differ only when logits tie exactly at the cut.
+// Non-finite logits: NaN counts as -inf (never drawn unless nothing is above -inf; then the lowest id wins, as on
+// the CPU). Where z is +inf (a +inf logit, or v/T past the float range) every such token scores +inf and the
+// lowest id of them wins; the CPU draws uniformly among infinite logits. Ranking them by their noise alone would
+// not survive the cross-shard join, which compares one score per shard.
 // Temperatures in (0, kMinTemperature) are greedy: 1/T would overflow (and z = v/T long before it: every
 // large logit at +inf, the lowest id of them winning), and at such T only logits within about 10·T of the
 // max would have had a chance. The CPU sampler samples at any T > 0 (in double).

@@ -38,33 +38,41 @@ class HostStagingAllocator final : public StagingAllocator {
 class StagingRing {
  public:
   StagingRing(StagingAllocator& allocator, ReadSink& sink, uint64_t buffer_bytes, int max_buffers)
-      : allocator_(allocator), sink_(sink), buffer_bytes_(buffer_bytes), max_buffers_(max_buffers) {}
+      : allocator_(allocator), sink_(sink), buffer_bytes_(buffer_bytes), max_buffers_(max_buffers) {
+    buffers_.reserve(static_cast<size_t>(std::max(max_buffers, 0)));
+  }
   ~StagingRing() {
     for (auto* b : buffers_) allocator_.deallocate(b, buffer_bytes_);
   }
   StagingRing(const StagingRing&) = delete;
   StagingRing& operator=(const StagingRing&) = delete;
 
-  // A buffer to fill, or nullopt once `stop` is set.
-  std::optional<int> acquire(const std::atomic<bool>& stop) {
+  struct Buffer {
+    int slot;
+    uint8_t* data;
+  };
+  // A buffer to fill, or nullopt once `stop` is set. Its address is read under the lock: another thread's
+  // acquire may be growing the table at the same time.
+  std::optional<Buffer> acquire(const std::atomic<bool>& stop) {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       if (stop.load()) return std::nullopt;
       if (!clean_.empty()) {
         const int slot = clean_.back();
         clean_.pop_back();
-        return slot;
+        return Buffer{slot, buffers_[static_cast<size_t>(slot)]};
       }
       if (static_cast<int>(buffers_.size()) < max_buffers_) {
         buffers_.push_back(static_cast<uint8_t*>(allocator_.allocate(buffer_bytes_)));
-        return static_cast<int>(buffers_.size()) - 1;
+        return Buffer{static_cast<int>(buffers_.size()) - 1, buffers_.back()};
       }
       if (!dirty_.empty()) {
         const int slot = dirty_.front();  // the oldest: its copies have had the longest to finish
         dirty_.pop_front();
+        uint8_t* data = buffers_[static_cast<size_t>(slot)];
         lock.unlock();
         sink_.fence(slot);
-        return slot;
+        return Buffer{slot, data};
       }
       wake_.wait(lock);
     }
@@ -98,7 +106,6 @@ class StagingRing {
     }
   }
 
-  uint8_t* data(int slot) const { return buffers_[static_cast<size_t>(slot)]; }
   uint64_t peak_bytes() const { return buffers_.size() * buffer_bytes_; }
 
  private:
@@ -108,7 +115,7 @@ class StagingRing {
   const int max_buffers_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::vector<uint8_t*> buffers_;  // index = slot; only grows (under mutex_), so data() needs no lock once handed out
+  std::vector<uint8_t*> buffers_;  // index = slot; grows under mutex_ (reserved: never reallocated)
   std::vector<int> clean_;
   std::deque<int> dirty_;
 };
@@ -267,23 +274,24 @@ class Engine {
         advise(sf, from, want - from, POSIX_FADV_WILLNEED);
         advised = want;
       }
-      const std::optional<int> slot = ring_.acquire(stop_);
-      if (!slot) return;
-      uint8_t* buffer = ring_.data(*slot);
+      const std::optional<StagingRing::Buffer> staged = ring_.acquire(stop_);
+      if (!staged) return;
+      const int slot = staged->slot;
+      uint8_t* buffer = staged->data;
       try {
         read_named(sf, read, buffer);
         have = cursor.next(next);
         ++preads_;
         bytes_read_ += read.length;
         for (const auto& p : read.pieces) {
-          sink_.consume(Piece{p.id, p.range_offset, buffer + p.buffer_offset, p.size, *slot});
+          sink_.consume(Piece{p.id, p.range_offset, buffer + p.buffer_offset, p.size, slot});
           range_bytes_ += p.size;
         }
       } catch (...) {
-        ring_.release(*slot);
+        ring_.release(slot);
         throw;
       }
-      ring_.release(*slot);
+      ring_.release(slot);
       if (options_.progress) options_.progress->add(read.length);
       std::swap(read, next);
       if (stop_.load()) return;
