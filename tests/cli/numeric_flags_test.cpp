@@ -48,11 +48,17 @@ std::string address_space_limit(uint64_t extra_kib) {
 }
 
 TEST(NumericFlags, MaxTokensPastTheModelsPositionsIsRefused) {
-  // k3-tiny has max_position_embeddings 1048576; a cache for 2000003 positions was zero-filled before.
+  // k3-tiny has max_position_embeddings 1048576; a cache for 2000002 positions was zero-filled before. A request
+  // needs prompt + n - 1 positions (the last token is never fed back): 3 + 1048574 - 1 fits exactly, one more
+  // token does not.
   const auto r = run_command(kimirt() + " run -m " + golden("k3-tiny") + " --ids 1,2,3 -n 2000000");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("-n 2000000 (with a prompt of 3 tokens): 2000003 positions, more than the "
+  EXPECT_THAT(r.output, HasSubstr("-n 2000000 (with a prompt of 3 tokens): 2000002 positions, more than the "
                                   "model's 1048576 (max_position_embeddings)"));
+  const auto one_past = run_command(kimirt() + " run -m " + golden("k3-tiny") + " --ids 1,2,3 -n 1048575");
+  EXPECT_EQ(one_past.exit_code, 1) << one_past.output;
+  EXPECT_THAT(one_past.output, HasSubstr("-n 1048575 (with a prompt of 3 tokens): 1048577 positions, more than the "
+                                         "model's 1048576 (max_position_embeddings)"));
   // Past int: refused by the flag parser, not wrapped around.
   const auto wrapped = run_command(kimirt() + " run -m " + golden("k3-tiny") + " --ids 1 -n 99999999999");
   EXPECT_NE(wrapped.exit_code, 0) << wrapped.output;
@@ -89,8 +95,9 @@ TEST(NumericFlags, ACacheThatDoesNotFitInMemoryNamesTheFlag) {
   const auto r = run_command(address_space_limit(300000) + "timeout 60 " + kimirt() + " run -m " + golden("k3-tiny") +
                              " --ids 1 -n 1000000 --threads 1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
+  // 1 + 1000000 - 1 positions (the last token is never fed back): 15625 blocks of 64 exactly.
   EXPECT_THAT(r.output, HasSubstr("-n 1000000 (with a prompt of 1 tokens): the model's weights and a cache of "
-                                  "1000064 positions do not fit in memory"));
+                                  "1000000 positions do not fit in memory"));
 }
 
 // The reviewer's case: under `ulimit -v 1500000` a thousand threads cannot all start; this hung before. The

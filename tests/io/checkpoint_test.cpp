@@ -6,6 +6,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
 #include <map>
 #include <optional>
 #include <set>
@@ -353,6 +359,46 @@ TEST(Checkpoint, DirectoryLevelErrors) {
   fs::create_directories(dir / "arrayconfig");
   write_layout(dir / "arrayconfig", l);
   EXPECT_EQ(open_result(dir / "arrayconfig").first, name(Kind::kInvalidConfig));
+}
+
+// A FIFO where a file belongs (config.json, the index, a shard) is refused as not a regular file: a plain open
+// of a FIFO without a writer blocked forever. Each open runs beside a watchdog that, should it block, opens the
+// FIFO for writing to release it, so that a regression fails instead of hanging the suite.
+template <typename Open>
+auto open_bounded(const fs::path& fifo, Open open) {
+  auto result = std::async(std::launch::async, open);
+  if (result.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "opening " << fifo << " blocked";
+    const int writer = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (writer >= 0) ::close(writer);
+  }
+  return result.get();
+}
+
+TEST(Checkpoint, FifoInPlaceOfAFileIsAnError) {
+  ScratchDir dir;
+  for (const std::string file : {"config.json", "model.safetensors.index.json"}) {
+    const fs::path d = dir / ("fifo-" + file);
+    fs::create_directories(d);
+    write_layout(d, good_layout());
+    fs::remove(d / file);
+    ASSERT_EQ(::mkfifo((d / file).c_str(), 0600), 0) << file;
+    const auto [kind, message] = open_bounded(d / file, [&] { return open_result(d); });
+    EXPECT_EQ(kind, name(Kind::kIo)) << file << ": " << message;
+    EXPECT_NE(message.find("not a regular file"), std::string::npos) << message;
+    EXPECT_NE(message.find(file), std::string::npos) << message;
+  }
+  const fs::path shard = dir / "fifo.safetensors";
+  ASSERT_EQ(::mkfifo(shard.c_str(), 0600), 0);
+  const std::string message = open_bounded(shard, [&]() -> std::string {
+    try {
+      SafetensorsFile::open(shard);
+    } catch (const SafetensorsError& e) {
+      return e.what();
+    }
+    return "opened";
+  });
+  EXPECT_NE(message.find("not a regular file"), std::string::npos) << message;
 }
 
 TEST(Checkpoint, BrokenShardHeaderNamesTheShard) {

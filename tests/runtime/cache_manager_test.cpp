@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <set>
 
 #include "kimirt/base/error.h"
@@ -28,6 +29,24 @@ TEST(CacheManager, GrowsReleasesAndRefuses) {
   EXPECT_EQ(cm.free_blocks(), 5);
   EXPECT_TRUE(cm.reserve(11, 13));
   EXPECT_THROW(cm.at(10), Error);
+}
+
+// Needs beyond int: 2^32 tokens in blocks of one narrowed to 0 blocks needed (2^31 to a negative count), and the
+// reservation succeeded without a block; near INT64_MAX the rounding up overflowed. Refused, nothing changed.
+TEST(CacheManager, RefusesNeedsBeyondIntWithoutChangingAnything) {
+  CacheManager cm({.max_sequences = 1, .block_size = 1, .num_blocks = 3});
+  cm.open(1);
+  for (const int64_t tokens : {int64_t{1} << 31, int64_t{1} << 32, (int64_t{1} << 32) + 2, INT64_MAX}) {
+    EXPECT_FALSE(cm.reserve(1, tokens)) << tokens;
+    EXPECT_TRUE(cm.at(1).blocks.empty()) << tokens;
+    EXPECT_EQ(cm.free_blocks(), 3) << tokens;
+  }
+  CacheManager wide({.max_sequences = 1, .block_size = 64, .num_blocks = 3});
+  wide.open(1);
+  EXPECT_EQ(wide.blocks_needed(1, INT64_MAX), INT64_MAX / 64 + 1);
+  EXPECT_FALSE(wide.reserve(1, INT64_MAX));
+  EXPECT_TRUE(wide.reserve(1, 129));  // 3 blocks
+  EXPECT_EQ(wide.free_blocks(), 0);
 }
 
 }  // namespace

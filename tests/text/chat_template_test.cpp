@@ -235,6 +235,31 @@ TEST(ChatReplyK3, CutShortRepliesAndBytesThatAreNotUtf8) {
   EXPECT_NO_THROW(t.encode(tok, std::vector<ChatMessage>{m}, false, false));
 }
 
+// A stop string ends the reply where it starts: the streamed text stops there, and the history keeps only what
+// was shown, although the tokens that completed the stop string carry text past it ("User:" and what follows).
+TEST(ChatReplyK3, AStopStringCutsTheReplyWhereItWasShown) {
+  const ChatTemplate t(ChatFamily::kKimiK3);
+  const Tokenizer& tok = k3_tokenizer();
+  const std::vector<TokenId> reply = tok.encode("The answer is 42. User: and now");
+  expect_message(t.parse_reply(tok, reply, false), "The answer is 42. User: and now", "");
+  expect_message(t.parse_reply(tok, reply, false, {}, "The answer is 42. "), "The answer is 42. ", "");
+  // Stopped while thinking: only the reasoning shown so far, and no response yet.
+  expect_message(t.parse_reply(tok, reply, true, {}, "The answer"), "", "The answer");
+  // A cut inside the response after the think channel: the markup before the cut stays (the channel words
+  // between the special tokens are plain text, streamed too).
+  std::vector<TokenId> ids;
+  auto special = [&](const char* s) { ids.push_back(tok.special_id(s)); };
+  auto text = [&](const char* s) { tok.encode_append(s, false, ids); };
+  text("Hmm."), special("<|close|>"), text("think"), special("<|sep|>");
+  special("<|open|>"), text("response"), special("<|sep|>"), text("Yes. STOP then more");
+  const ChatMessage m = t.parse_reply(tok, ids, true, {}, "Hmm.thinkresponseYes. ");
+  expect_message(m, "Yes. ", "Hmm.");
+  EXPECT_TRUE(m.think_channel);
+  // Shown text as long as the whole reply: nothing is cut.
+  expect_message(t.parse_reply(tok, reply, false, {}, "The answer is 42. User: and now"),
+                 "The answer is 42. User: and now", "");
+}
+
 TEST(ChatReplyKimiLinear, TheNextTurnEncodesTheConversationAsTheModelSawIt) {
   const ChatTemplate t(ChatFamily::kKimiLinear);
   const Tokenizer& tok = kimi_linear_tokenizer();

@@ -3,6 +3,8 @@
 // produced. Lines starting with '/' are commands: /reset forgets the conversation, /system TEXT sets the
 // system message, /quit (or end of input) leaves. One rank: the model runs in this process.
 #include <algorithm>
+#include <optional>
+#include <string_view>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -82,6 +84,7 @@ void chat(const ChatOptions& o) {
   for (int32_t id : chat_template.end_of_turn_ids(*tokenizer)) engine_config.eos_ids.push_back(id);
   engine_config.tokenizer = tokenizer;
   std::vector<int32_t> reply_ids;
+  std::string shown;  // the reply's text as streamed (cut where a stop string starts)
   runtime::FinishReason reason = runtime::FinishReason::kNone;
   std::string error;
   runtime::Engine engine(*backend, engine_config, [&](const runtime::TokenEvent& e) {
@@ -89,11 +92,15 @@ void chat(const ChatOptions& o) {
       std::fwrite(e.text.data(), 1, e.text.size(), stdout);
       std::fflush(stdout);
       reply_ids.push_back(e.token);
+      shown += e.text;
     }
     if (e.finished) {
       reason = e.reason;
       error = e.error;
-      if (e.token < 0) std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+      if (e.token < 0) {
+        std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+        shown += e.text;
+      }
     }
   });
   std::fprintf(stderr, "kimirt chat: %s (%s) ready in %.2f s; /reset, /system TEXT, /quit\n", dir.c_str(),
@@ -144,12 +151,14 @@ void chat(const ChatOptions& o) {
       continue;
     }
     request.sampling = o.sampling;
-    if (static_cast<int64_t>(request.prompt.size()) + o.sampling.max_tokens > o.max_context) {
+    if (runtime::cache_positions_needed(static_cast<int64_t>(request.prompt.size()), o.sampling.max_tokens) >
+        o.max_context) {
       std::printf("(the conversation no longer fits in %lld tokens: /reset)\n", static_cast<long long>(o.max_context));
       history.pop_back();
       continue;
     }
     reply_ids.clear();
+    shown.clear();
     reason = runtime::FinishReason::kNone;
     try {
       engine.submit(std::move(request));
@@ -166,7 +175,12 @@ void chat(const ChatOptions& o) {
     // that markup itself, and as template tokens, not as text.
     std::vector<int32_t> ending = engine_config.eos_ids;
     ending.insert(ending.end(), o.sampling.stop_ids.begin(), o.sampling.stop_ids.end());
-    history.push_back(chat_template.parse_reply(*tokenizer, reply_ids, o.thinking, ending));
+    // A stop string (a stop that is not an ending id) ends the reply where it starts: the history keeps what was
+    // shown, not the text that the tokens completing the stop string carry past it.
+    const bool stop_string = reason == runtime::FinishReason::kStop && !reply_ids.empty() &&
+                             std::find(ending.begin(), ending.end(), reply_ids.back()) == ending.end();
+    history.push_back(chat_template.parse_reply(*tokenizer, reply_ids, o.thinking, ending,
+                                                stop_string ? std::optional<std::string_view>(shown) : std::nullopt));
   }
   std::fputc('\n', stdout);
 }

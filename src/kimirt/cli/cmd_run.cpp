@@ -35,6 +35,7 @@
 #include "kimirt/model/loader.h"
 #include "kimirt/runtime/backend_factory.h"
 #include "kimirt/runtime/parallel_config.h"
+#include "kimirt/runtime/engine.h"
 #include "kimirt/runtime/parallel_engine.h"
 #include "kimirt/runtime/rank_group.h"
 #include "kimirt/text/tokenizer.h"
@@ -203,7 +204,7 @@ void run(const RunOptions& o) {
   in.request.prompt_logits = in.request.step_logits = !o.dump_logits.empty();
   // One sequence: the cache holds exactly what this request can need, and never more than the model's
   // positions (an -n past them is refused here, before a byte is loaded).
-  const int64_t positions = static_cast<int64_t>(prompt.size()) + std::max(o.sampling.max_tokens, 1);
+  const int64_t positions = runtime::cache_positions_needed(static_cast<int64_t>(prompt.size()), o.sampling.max_tokens);
   in.cache_flag = fmt::format("-n {} (with a prompt of {} tokens)", o.sampling.max_tokens, prompt.size());
   in.cache = one_sequence_cache(positions, config, in.cache_flag);
   runtime::run_ranks(launch, [&](Comm& comm) { run_rank(in, comm); });

@@ -94,7 +94,7 @@ class CheckpointBuilder {
     }
     std::string text;
     if (int err = read_whole_file(path.c_str(), kMaxConfigBytes, text); err != 0) {
-      error(CheckpointError(Kind::kIo, fmt::format("{}: cannot read: {}", path.string(), errno_text(err))));
+      error(CheckpointError(Kind::kIo, fmt::format("{}: cannot read: {}", path.string(), file_error_text(err))));
       return;
     }
     JsonProblem problem;
@@ -149,7 +149,11 @@ class CheckpointBuilder {
       c.shards_.push_back(SafetensorsFile::open(path));
     } catch (const SafetensorsError& e) {
       if (errors_ == nullptr) throw;
-      for (const auto& problem : find_safetensors_file_problems(path)) errors_->push_back(problem.what());
+      // Every problem of the file, not only the first; should the second look find none (the file changed
+      // between the two reads), the first error still stands: an unopened shard is never silently absent.
+      const auto problems = find_safetensors_file_problems(path);
+      for (const auto& problem : problems) errors_->push_back(problem.what());
+      if (problems.empty()) errors_->push_back(e.what());
     }
   }
 

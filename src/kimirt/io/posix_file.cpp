@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace kimirt::io {
 namespace {
@@ -54,13 +55,23 @@ IoResult write_full(int fd, const void* src, uint64_t n) {
   return result;
 }
 
-int read_whole_file(const char* path, uint64_t max_bytes, std::string& out) {
-  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return errno;
+int open_regular_file(const char* path, UniqueFd& fd, uint64_t& size) {
+  UniqueFd f(::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!f.valid()) return errno;
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return errno;
+  if (::fstat(f.get(), &st) != 0) return errno;
   if (!S_ISREG(st.st_mode)) return S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
-  const auto size = static_cast<uint64_t>(st.st_size);
+  const int flags = ::fcntl(f.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(f.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) return errno;
+  size = static_cast<uint64_t>(st.st_size);
+  fd = std::move(f);
+  return 0;
+}
+
+int read_whole_file(const char* path, uint64_t max_bytes, std::string& out) {
+  UniqueFd fd;
+  uint64_t size = 0;
+  if (const int error = open_regular_file(path, fd, size)) return error;
   if (size > max_bytes) return EFBIG;
   out.resize(size);
   const IoResult r = pread_full(fd.get(), out.data(), size, 0);
@@ -75,5 +86,7 @@ std::string errno_text(int error) {
   const char* text = ::strerror_r(error, buffer, sizeof(buffer));
   return text;
 }
+
+std::string file_error_text(int error) { return error == EINVAL ? "not a regular file" : errno_text(error); }
 
 }  // namespace kimirt::io

@@ -48,10 +48,18 @@ IoResult pread_full(int fd, void* dst, uint64_t n, uint64_t offset);
 // Writes all n bytes at the current position, looping over short writes and EINTR.
 IoResult write_full(int fd, const void* src, uint64_t n);
 
-// Reads a whole (small) file into `out`. Returns 0, an errno, or EFBIG when it has more than max_bytes.
+// Opens `path` for reading when it is a regular file: 0 and the descriptor and its size, or an errno (EISDIR for
+// a directory, EINVAL for any other kind). A FIFO or a device is refused without blocking (a FIFO without a
+// writer blocks a plain open forever), since the open itself does not wait (O_NONBLOCK, cleared afterwards).
+int open_regular_file(const char* path, UniqueFd& fd, uint64_t& size);
+
+// Reads a whole (small) regular file into `out`. Returns 0, an errno as open_regular_file does, or EFBIG when it
+// has more than max_bytes.
 int read_whole_file(const char* path, uint64_t max_bytes, std::string& out);
 
 // strerror text for an errno value (thread-safe).
 std::string errno_text(int error);
+// The text for an error of open_regular_file or read_whole_file: EINVAL there means "not a regular file".
+std::string file_error_text(int error);
 
 }  // namespace kimirt::io

@@ -23,13 +23,11 @@ struct RawHeader {
 RawHeader read_raw_header(const std::filesystem::path& path) {
   const std::string label = path.string();
   RawHeader raw;
-  raw.fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!raw.fd.valid()) throw SafetensorsError(Kind::kIo, label, "", "cannot open: " + errno_text(errno));
-  struct stat st {};
-  if (::fstat(raw.fd.get(), &st) != 0)
-    throw SafetensorsError(Kind::kIo, label, "", "cannot stat: " + errno_text(errno));
-  if (!S_ISREG(st.st_mode)) throw SafetensorsError(Kind::kIo, label, "", "not a regular file");
-  raw.file_size = static_cast<uint64_t>(st.st_size);
+  if (const int error = open_regular_file(path.c_str(), raw.fd, raw.file_size)) {
+    throw SafetensorsError(
+        Kind::kIo, label, "",
+        error == EISDIR || error == EINVAL ? "not a regular file" : "cannot open: " + errno_text(error));
+  }
 
   uint8_t prefix[8] = {};
   const uint64_t want = std::min<uint64_t>(8, raw.file_size);

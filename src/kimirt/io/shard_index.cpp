@@ -135,7 +135,7 @@ ShardIndex ShardIndex::parse(std::string_view text, std::string_view label, std:
 ShardIndex ShardIndex::read(const std::filesystem::path& path) {
   std::string text;
   if (int error = read_whole_file(path.c_str(), kMaxIndexBytes, text); error != 0) {
-    throw CheckpointError(Kind::kIo, fmt::format("{}: cannot read: {}", path.string(), errno_text(error)));
+    throw CheckpointError(Kind::kIo, fmt::format("{}: cannot read: {}", path.string(), file_error_text(error)));
   }
   return parse(text, path.string());
 }
@@ -143,7 +143,7 @@ ShardIndex ShardIndex::read(const std::filesystem::path& path) {
 ShardIndex ShardIndex::read(const std::filesystem::path& path, std::vector<CheckpointError>& problems) {
   std::string text;
   if (int error = read_whole_file(path.c_str(), kMaxIndexBytes, text); error != 0) {
-    problems.emplace_back(Kind::kIo, fmt::format("{}: cannot read: {}", path.string(), errno_text(error)));
+    problems.emplace_back(Kind::kIo, fmt::format("{}: cannot read: {}", path.string(), file_error_text(error)));
     return ShardIndex();
   }
   return parse(text, path.string(), problems);

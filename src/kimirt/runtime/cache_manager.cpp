@@ -1,5 +1,7 @@
 #include "kimirt/runtime/cache_manager.h"
 
+#include <algorithm>
+
 #include "kimirt/base/error.h"
 
 namespace kimirt::runtime {
@@ -22,18 +24,20 @@ SequenceCache& CacheManager::open(int64_t seq_id) {
   return seq;
 }
 
-int CacheManager::blocks_needed(int64_t seq_id, int64_t total_tokens) const {
+int64_t CacheManager::blocks_needed(int64_t seq_id, int64_t total_tokens) const {
   const SequenceCache& seq = at(seq_id);
-  const int64_t needed = (total_tokens + config_.block_size - 1) / config_.block_size;
+  // Rounded up without total_tokens + block_size - 1, which overflows near INT64_MAX.
+  const int64_t needed = std::max<int64_t>(total_tokens, 0) / config_.block_size +
+                         (std::max<int64_t>(total_tokens, 0) % config_.block_size != 0);
   const int64_t have = static_cast<int64_t>(seq.blocks.size());
-  return needed > have ? static_cast<int>(needed - have) : 0;
+  return needed > have ? needed - have : 0;
 }
 
 bool CacheManager::reserve(int64_t seq_id, int64_t total_tokens) {
-  const int extra = blocks_needed(seq_id, total_tokens);
-  if (extra > static_cast<int>(free_blocks_.size())) return false;
+  const int64_t extra = blocks_needed(seq_id, total_tokens);
+  if (extra > static_cast<int64_t>(free_blocks_.size())) return false;
   SequenceCache& seq = at(seq_id);
-  for (int i = 0; i < extra; ++i) {
+  for (int64_t i = 0; i < extra; ++i) {
     seq.blocks.push_back(free_blocks_.back());
     free_blocks_.pop_back();
   }

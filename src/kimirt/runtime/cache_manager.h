@@ -36,7 +36,7 @@ class CacheManager {
   // are not enough free blocks.
   bool reserve(int64_t seq_id, int64_t total_tokens);
   // Blocks needed beyond what the sequence holds to reach total_tokens.
-  int blocks_needed(int64_t seq_id, int64_t total_tokens) const;
+  int64_t blocks_needed(int64_t seq_id, int64_t total_tokens) const;
   void release(int64_t seq_id);
 
   SequenceCache& at(int64_t seq_id);

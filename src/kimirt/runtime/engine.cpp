@@ -26,11 +26,14 @@ struct Engine::Request {
   bool decoding() const { return prefilled == static_cast<int64_t>(req.prompt.size()); }
 };
 
+int64_t cache_positions_needed(int64_t prompt_tokens, int max_tokens) {
+  return prompt_tokens + std::max(max_tokens - 1, 0);
+}
+
 namespace {
 
-// The last sampled token is never fed back, so a request needs prompt + max_tokens - 1 cache positions.
 int64_t cache_tokens_needed(const GenerationRequest& r) {
-  return static_cast<int64_t>(r.prompt.size()) + std::max(r.sampling.max_tokens - 1, 0);
+  return cache_positions_needed(static_cast<int64_t>(r.prompt.size()), r.sampling.max_tokens);
 }
 
 bool contains(std::span<const int32_t> ids, int32_t id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }

@@ -29,6 +29,10 @@
 
 namespace kimirt::runtime {
 
+// Cache positions a request of `prompt_tokens` and max_tokens needs: the last sampled token is never fed back,
+// so prompt + max_tokens - 1 (the prompt alone for max_tokens 0). What a cache sized for one request must hold.
+int64_t cache_positions_needed(int64_t prompt_tokens, int max_tokens);
+
 struct EngineConfig {
   SchedulerConfig scheduler;
   std::vector<int32_t> eos_ids;  // the model's end-of-sequence ids (stop unless ignore_eos)

@@ -146,6 +146,21 @@ std::vector<ChatSegment> reply_segments(const Tokenizer& tokenizer, std::span<co
   return out.take();
 }
 
+// Keeps the segments up to the point where their plain text reaches `keep` bytes (the streamed text skips the
+// special tokens, so a byte count of it is a position in the plain segments); a shorter text is kept whole.
+void cut_plain_text(std::vector<ChatSegment>& segments, size_t keep) {
+  size_t seen = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].special) continue;
+    if (seen + segments[i].text.size() >= keep) {
+      segments[i].text.resize(keep - seen);
+      segments.resize(i + 1);
+      return;
+    }
+    seen += segments[i].text.size();
+  }
+}
+
 // The K3 assistant body: <|open|>TAG<|sep|> and <|close|>TAG<|sep|> switch channels; text goes to the
 // channel it is in. `thinking`: the generation prompt opened the think channel, else the response channel.
 void parse_k3_reply(const std::vector<ChatSegment>& segments, bool thinking, std::string& reasoning,
@@ -229,7 +244,7 @@ std::vector<TokenId> ChatTemplate::end_of_turn_ids(const Tokenizer& tokenizer) c
 }
 
 ChatMessage ChatTemplate::parse_reply(const Tokenizer& tokenizer, std::span<const TokenId> reply, bool thinking,
-                                      std::span<const TokenId> stop_ids) const {
+                                      std::span<const TokenId> stop_ids, std::optional<std::string_view> shown) const {
   const std::vector<TokenId> end_of_turn = end_of_turn_ids(tokenizer);
   auto ends = [&](TokenId id) {
     return std::find(end_of_turn.begin(), end_of_turn.end(), id) != end_of_turn.end() ||
@@ -237,7 +252,8 @@ ChatMessage ChatTemplate::parse_reply(const Tokenizer& tokenizer, std::span<cons
   };
   while (!reply.empty() && ends(reply.back())) reply = reply.first(reply.size() - 1);
 
-  const std::vector<ChatSegment> segments = reply_segments(tokenizer, reply);
+  std::vector<ChatSegment> segments = reply_segments(tokenizer, reply);
+  if (shown) cut_plain_text(segments, shown->size());
   std::string reasoning, content;
   bool think_channel = false;
   if (family_ == ChatFamily::kKimiK3) {

@@ -11,6 +11,7 @@
 // is made once, in chat_template.cpp's "Policy" block.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -71,8 +72,12 @@ class ChatTemplate {
   // turn's close is kept); other special tokens are dropped, as the streamed text drops them; bytes that are
   // not UTF-8 become U+FFFD. So the next turn's encode() gives the prompt's ids followed by the reply's for a
   // reply the tokenizer would encode the same way, and never special-token text as plain text.
+  // `shown`: the reply's streamed text (its plain text, special tokens skipped) when a stop string ended it: the
+  // message then keeps the reply only up to where the stop string starts, since the tokens that completed the
+  // stop string may carry text the user never saw.
   ChatMessage parse_reply(const Tokenizer& tokenizer, std::span<const TokenId> reply, bool thinking,
-                          std::span<const TokenId> stop_ids = {}) const;
+                          std::span<const TokenId> stop_ids = {},
+                          std::optional<std::string_view> shown = std::nullopt) const;
 
  private:
   ChatFamily family_;
