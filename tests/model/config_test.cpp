@@ -409,6 +409,26 @@ const BadConfig kBadConfigs[] = {
      "text_config.latent_moe_use_norm is false with a latent MoE"},
     {"NormWithoutLatent", "k3-tiny", [](json& j) { TC(j).erase("routed_expert_hidden_size"); },
      "text_config.latent_moe_use_norm is true but routed_expert_hidden_size is missing"},
+    // A K3 config without a field that would otherwise read as its feature switched off: the checkpoint would load
+    // (the feature's tensors set aside, or the same A_log read with another gate) and compute another model.
+    {"K3WithoutOutputGate", "k3-tiny", [](json& j) { TC(j).erase("mla_use_output_gate"); },
+     "text_config.mla_use_output_gate is missing: a Kimi K3 config states it"},
+    {"K3WithoutAttnRes", "k3-tiny", [](json& j) { TC(j).erase("attn_res_block_size"); },
+     "text_config.attn_res_block_size is missing: a Kimi K3 config states it"},
+    {"K3WithoutLatentNorm", "k3-tiny", [](json& j) { TC(j).erase("latent_moe_use_norm"); },
+     "text_config.latent_moe_use_norm is missing: a Kimi K3 config states it"},
+    {"K3WithoutSituLinearBeta", "k3-tiny", [](json& j) { TC(j).erase("activation_situ_linear_beta"); },
+     "text_config.activation_situ_linear_beta is missing: a Kimi K3 config with SiTU states it"},
+    {"K3WithoutGateLowerBound", "k3-tiny",
+     [](json& j) {
+       TC(j)["linear_attn_config"].erase("gate_lower_bound");
+     },
+     "text_config.linear_attn_config.gate_lower_bound is missing: a Kimi K3 config states it"},
+    {"K3WithoutFullRankGate", "k3-tiny",
+     [](json& j) {
+       TC(j)["linear_attn_config"].erase("use_full_rank_gate");
+     },
+     "text_config.linear_attn_config.use_full_rank_gate is missing: a Kimi K3 config states it"},
     {"FirstKDense", "k3-tiny",
      [](json& j) {
        TC(j)["first_k_dense_replace"] = 7;

@@ -258,6 +258,27 @@ TEST(ChatReplyK3, AStopStringCutsTheReplyWhereItWasShown) {
   // Shown text as long as the whole reply: nothing is cut.
   expect_message(t.parse_reply(tok, reply, false, {}, "The answer is 42. User: and now"),
                  "The answer is 42. User: and now", "");
+  // Bytes that are not UTF-8 before the cut: the stream showed U+FFFD (3 bytes) for them, so the cut is found in
+  // the decoded stream, not at the same byte count of the raw reply (which would keep "S" or "ST").
+  const auto byte_token = [&](char byte) {
+    for (TokenId id = 0; id < tok.num_ranks(); ++id) {
+      if (tok.id_to_bytes(id) == std::string(1, byte)) return id;
+    }
+    ADD_FAILURE() << "no token for byte " << static_cast<int>(static_cast<unsigned char>(byte));
+    return TokenId{0};
+  };
+  std::vector<TokenId> half = {byte_token('\xE4'), byte_token('\xB8')};  // the first two bytes of U+4E2D
+  tok.encode_append("STOP more", false, half);
+  expect_message(t.parse_reply(tok, half, false, {}, "\xEF\xBF\xBD"), "\xEF\xBF\xBD", "");
+  std::vector<TokenId> lone = tok.encode("a");
+  lone.push_back(byte_token('\x80'));
+  tok.encode_append("bSTOP", false, lone);
+  expect_message(t.parse_reply(tok, lone, false, {},
+                               "a\xEF\xBF\xBD"
+                               "b"),
+                 "a\xEF\xBF\xBD"
+                 "b",
+                 "");
 }
 
 TEST(ChatReplyKimiLinear, TheNextTurnEncodesTheConversationAsTheModelSawIt) {

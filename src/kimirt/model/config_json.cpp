@@ -244,7 +244,7 @@ json text_fields(const ModelConfig& c) {
   t["hidden_act"] = c.hidden_act == HiddenAct::kSitu ? "situ" : "silu";
   if (c.situ_beta) t["activation_situ_beta"] = *c.situ_beta;
   if (c.situ_linear_beta) t["activation_situ_linear_beta"] = *c.situ_linear_beta;
-  if (c.attn_res_block_size > 0) t["attn_res_block_size"] = c.attn_res_block_size;
+  if (k3 || c.attn_res_block_size > 0) t["attn_res_block_size"] = c.attn_res_block_size;
 
   if (c.bos_token_id) t["bos_token_id"] = *c.bos_token_id;
   if (c.eos_token_id) t["eos_token_id"] = *c.eos_token_id;
@@ -300,6 +300,21 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
     }
     parse_text_fields(text, c);
     merge_top_level(top, text, c);
+    // Fields whose absence the parser would read as a feature switched off (Kimi Linear's behaviour): a K3
+    // config always states them (RUST-CFG's validator requires each), and a K3 checkpoint read without one would
+    // load, its tensors for the feature set aside, and compute another model.
+    // (A missing routed_expert_hidden_size or activation_situ_beta is refused by validate(), by what it breaks.)
+    for (const char* field : {"mla_use_output_gate", "attn_res_block_size", "latent_moe_use_norm"}) {
+      if (!text.has(field)) text.fail_field(field, "is missing: a Kimi K3 config states it");
+    }
+    if (c.hidden_act == HiddenAct::kSitu && !text.has("activation_situ_linear_beta")) {
+      text.fail_field("activation_situ_linear_beta", "is missing: a Kimi K3 config with SiTU states it");
+    }
+    const JsonFields lac = text.object("linear_attn_config");
+    for (const char* field : {"gate_lower_bound", "use_full_rank_gate"}) {
+      if (!lac.has(field)) lac.fail_field(field, "is missing: a Kimi K3 config states it");
+    }
+
   } else if (model_type == "kimi_linear") {
     c.family = ModelFamily::kKimiLinear;
     parse_text_fields(top, c);

@@ -146,9 +146,30 @@ std::vector<ChatSegment> reply_segments(const Tokenizer& tokenizer, std::span<co
   return out.take();
 }
 
-// Keeps the segments up to the point where their plain text reaches `keep` bytes (the streamed text skips the
-// special tokens, so a byte count of it is a position in the plain segments); a shorter text is kept whole.
-void cut_plain_text(std::vector<ChatSegment>& segments, size_t keep) {
+// How many bytes of the plain text `plain` were streamed as the first `shown_bytes` bytes of text: the stream
+// decodes the bytes as they come (StreamDecoder: bytes that are not UTF-8 become U+FFFD, 3 bytes for 1 or 2), so
+// the two lengths differ wherever the reply has such bytes. Fed a byte at a time as the stream is, the decoder
+// says where the cut falls: a replacement and the byte after it may come out together, and then the cut is
+// between them.
+size_t plain_bytes_streamed(std::string_view plain, size_t shown_bytes) {
+  std::string out, pending;
+  for (size_t i = 0; i < plain.size() && out.size() < shown_bytes; ++i) {
+    pending += plain[i];
+    pending.erase(0, decode_utf8_prefix(pending, /*final=*/false, out));
+    if (out.size() == shown_bytes) return i + 1 - pending.size();
+    if (out.size() > shown_bytes) return i;
+  }
+  return shown_bytes == 0 ? 0 : plain.size();
+}
+
+// Keeps the segments up to where the stream showed `shown_bytes` bytes of their plain text (the streamed text
+// skips the special tokens); a shorter reply is kept whole.
+void cut_plain_text(std::vector<ChatSegment>& segments, size_t shown_bytes) {
+  std::string plain;
+  for (const ChatSegment& s : segments) {
+    if (!s.special) plain += s.text;
+  }
+  const size_t keep = plain_bytes_streamed(plain, shown_bytes);
   size_t seen = 0;
   for (size_t i = 0; i < segments.size(); ++i) {
     if (segments[i].special) continue;
