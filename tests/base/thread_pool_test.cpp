@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/limited_child.h"
@@ -35,6 +37,27 @@ TEST(ThreadPool, RethrowsAfterAllRangesFinish) {
                                  }),
                Error);
   EXPECT_EQ(ran.load(), 3);
+}
+
+// The first exception thrown is the one rethrown, also when the caller's own range throws later: a worker's
+// range fails at once, the caller's (range 0) only after it has seen that failure.
+TEST(ThreadPool, RethrowsTheFirstExceptionWhoeverThrewIt) {
+  ThreadPool pool(2);
+  std::atomic<bool> worker_failed{false};
+  try {
+    pool.parallel_for(2, 1, [&](int64_t b, int64_t) {
+      if (b == 0) {
+        while (!worker_failed.load()) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        fail("the caller's range, second");
+      }
+      worker_failed = true;
+      fail("a worker's range, first");
+    });
+    FAIL() << "no exception";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("first"), std::string::npos) << e.what();
+  }
 }
 
 // What a child exits with: 0 when fn threw an Error containing `expected` (printed to stderr either way),

@@ -135,6 +135,9 @@ TEST(LocalComm, RanksThatDisagreeAllThrowTheSameError) {
                          c.broadcast(&v, 1, DType::kI64, 5);
                        }),
              "broadcast root 5 outside a group of 2");
+  // A negative split color, on one rank only: every rank is refused together (MPI and NCCL refuse it too).
+  expect_all(errors_of(3, [](Comm& c) { c.split(c.rank() == 1 ? -1 : 0, c.rank()); }),
+             "split: rank 1 passed color -1, which must not be negative");
   // After a refused call every rank is at the same point: the next collective works.
   const auto after = errors_of(2, [](Comm& c) {
     float v = 1.0f;

@@ -130,6 +130,16 @@ TEST(Quantize, RefusesNonFiniteValuesAndOddPackedWidths) {
   EXPECT_THROW(quantize(WeightFormat::kMxfp4, w, {2, 3}), Error);
   EXPECT_THROW(quantize(WeightFormat::kMxfp4, w, {6}), Error);
   EXPECT_THROW(quantize(WeightFormat::kFloat, w, {6}, DType::kU8), Error);
+  // Finite values the stored dtype cannot hold: they would have been stored as infinity.
+  const std::vector<float> big = {1.0f, 70000.0f};
+  EXPECT_THROW(quantize(WeightFormat::kFloat, big, {2}, DType::kF16), Error);
+  EXPECT_NO_THROW(quantize(WeightFormat::kFloat, big, {2}, DType::kBF16));
+  // A compressed-tensors NVFP4 weight this small has a global scale (2688 / amax) past the float range, which
+  // dequantize refuses: refused when written instead.
+  std::vector<float> tiny(16, 0.0f);
+  tiny[0] = 1e-37f;
+  EXPECT_THROW(quantize(WeightFormat::kNvfp4CompressedTensors, tiny, {1, 16}), Error);
+  EXPECT_NO_THROW(quantize(WeightFormat::kNvfp4ModelOpt, tiny, {1, 16}));
 }
 
 }  // namespace

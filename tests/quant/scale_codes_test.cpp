@@ -61,10 +61,13 @@ TEST(ScaleCodes, FloatScalesNonFiniteAreInvalidInEveryWidth) {
     EXPECT_EQ(n.invalid, 2u) << dtype_name(d);
     EXPECT_EQ(n.first_invalid, 300u) << dtype_name(d);
   }
-  const double big = 1e300;  // finite in F64, and counted as such (not through an overflowing f32)
-  std::vector<uint8_t> f64(sizeof big);
-  std::memcpy(f64.data(), &big, sizeof big);
-  EXPECT_EQ(count_scale_codes(ScaleCode::kFloat, DType::kF64, f64.data(), 1).invalid, 0u);
+  // F64 scales are read as f32 by every consumer: 1e300 becomes infinity there and is invalid, 1e30 is not.
+  const double scales[2] = {1e30, 1e300};
+  std::vector<uint8_t> f64(sizeof scales);
+  std::memcpy(f64.data(), scales, sizeof scales);
+  const ScaleCodeCount n = count_scale_codes(ScaleCode::kFloat, DType::kF64, f64.data(), 2);
+  EXPECT_EQ(n.invalid, 1u);
+  EXPECT_EQ(n.first_invalid, 1u);
 }
 
 }  // namespace

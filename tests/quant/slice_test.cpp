@@ -1,5 +1,7 @@
 #include "kimirt/quant/slice.h"
 
+#include <limits>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -76,6 +78,20 @@ TEST(Slice, RefusesAPackedF4RegionThatSplitsAByte) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("does not start and end on a byte"));
+  }
+}
+
+// A region whose end passes INT64_MAX: begin + extent wrapped negative and passed the bound, and the copy read
+// far outside the tensor. Refused naming the region.
+TEST(Slice, RefusesARegionWhoseEndOverflows) {
+  Tensor src(DType::kF32, {2, 8});
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  SliceRule rule{{1, 1}, {{0, {{huge, 0}, {1, 1}}, {{0, 0}, {1, 1}}}}};
+  try {
+    apply_slice(src.view(), rule);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("lies outside a tensor of shape"));
   }
 }
 

@@ -94,18 +94,18 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     }
   }
   wake_.notify_all();
-  std::exception_ptr own_error;
+  // The caller's range records its exception as the workers' do: the first one thrown wins, whoever threw it.
   try {
     auto r = range(0);
     fn(r.first, r.second);
   } catch (...) {
-    own_error = std::current_exception();
+    std::lock_guard<std::mutex> l(shared->mutex);
+    if (!shared->error) shared->error = std::current_exception();
   }
   {
     std::unique_lock<std::mutex> lock(shared->mutex);
     shared->done.wait(lock, [&] { return shared->remaining.load() == 0; });
   }
-  if (own_error) std::rethrow_exception(own_error);
   if (shared->error) std::rethrow_exception(shared->error);
 }
 

@@ -61,6 +61,13 @@ class LocalCommGroup {
         return fmt::format("comm: {}: rank {} passed root {}, rank 0 root {}", op, r, s.root, first.root);
       }
     }
+    // A negative color would leave a rank without a communicator: MPI and NCCL refuse it, and so does this.
+    if (first.op == Op::kSplit) {
+      for (int r = 0; r < size_; ++r) {
+        const int color = slots_[static_cast<size_t>(r)].color;
+        if (color < 0) return fmt::format("comm: split: rank {} passed color {}, which must not be negative", r, color);
+      }
+    }
     if (first.op == Op::kBroadcast && (first.root < 0 || first.root >= size_)) {
       return fmt::format("comm: broadcast root {} outside a group of {}", first.root, size_);
     }

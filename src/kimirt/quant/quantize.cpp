@@ -90,6 +90,11 @@ QuantizedWeight quantize_nvfp4(WeightFormat format, std::span<const float> v, co
   const float amax = block_amax(v, cols, 0, rows, 0, cols);
   // ModelOpt stores the multiplier amax / (6 * 448); compressed-tensors stores its inverse as a divisor.
   const float global = amax == 0.0f ? 1.0f : (modelopt ? amax / (kE2M1Max * kE4M3Max) : kE2M1Max * kE4M3Max / amax);
+  // Below about 8e-36 the divisor passes the float range: dequantize would refuse what this wrote.
+  KIMIRT_CHECK(std::isfinite(global) && global > 0.0f,
+               "quantize: the {} global scale of a weight whose largest magnitude is {} is not a positive float "
+               "({})",
+               format_name(format), amax, global);
   *q.parts[2].data_as<float>() = global;
   auto* packed = q.parts[0].data_as<uint8_t>();
   auto* scales = q.parts[1].data_as<uint8_t>();
@@ -131,6 +136,14 @@ QuantizedWeight quantize(WeightFormat format, std::span<const float> values, con
     QuantizedWeight q{format, shape, {}};
     q.parts.emplace_back(float_dtype, shape);
     convert_from_f32(float_dtype, values.data(), q.parts[0].data(), n);
+    // A finite value past the dtype's range (70000 in F16) would be stored as infinity.
+    std::vector<float> back(static_cast<size_t>(n));
+    convert_to_f32(float_dtype, q.parts[0].data(), back.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      KIMIRT_CHECK(std::isfinite(back[static_cast<size_t>(i)]),
+                   "quantize: value {} (flat index {}) is past the {} range", values[static_cast<size_t>(i)], i,
+                   dtype_name(float_dtype));
+    }
     return q;
   }
   KIMIRT_CHECK(shape.size() == 2, "quantize: a {} weight must be 2-D, got {}", format_name(format), shape_str(shape));

@@ -35,11 +35,13 @@ ScaleCodeCount count_scale_codes(ScaleCode code, DType dtype, const uint8_t* dat
       }
       break;
     case ScaleCode::kFloat: {
-      if (dtype == DType::kF64) {  // not through f32, where a large finite double would overflow
+      if (dtype == DType::kF64) {
+        // Every reader takes the scales as f32 (dequantize, the GPU GEMMs): a double past the float range is as
+        // invalid as infinity, since it becomes infinity there.
         for (uint64_t i = 0; i < count; ++i) {
           double d;
           std::memcpy(&d, data + 8 * i, sizeof d);
-          if (!std::isfinite(d)) invalid_at(i);
+          if (!std::isfinite(static_cast<float>(d))) invalid_at(i);
         }
         break;
       }

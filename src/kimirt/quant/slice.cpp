@@ -42,7 +42,7 @@ void check_inside(const TensorView& v, const Region& r, const char* which) {
                which, r.str(), r.rank(), shape_str(v.shape()), v.rank());
   for (int d = 0; d < r.rank(); ++d) {
     const auto i = static_cast<size_t>(d);
-    KIMIRT_CHECK(r.begin[i] >= 0 && r.extent[i] >= 0 && r.begin[i] + r.extent[i] <= v.shape()[i],
+    KIMIRT_CHECK(r.begin[i] >= 0 && r.extent[i] >= 0 && r.begin[i] <= v.shape()[i] - r.extent[i],
                  "{} region {} lies outside a tensor of shape {}", which, r.str(), shape_str(v.shape()));
   }
 }
