@@ -39,8 +39,22 @@ TEST(Chat, ConversationCommandsAndQuit) {
 // used to be refused line by line, the session going on and ending with exit 0). run takes the same flags.
 TEST(Chat, BadSamplingFlagsAreRefusedNamingTheFlag) {
   const std::pair<const char*, const char*> bad[] = {
-      {"--temperature", "-1"},       {"--temperature", "nan"},    {"--top-p", "0"}, {"--min-p", "2"},
-      {"--repetition-penalty", "0"}, {"--presence-penalty", "3"}, {"--stop", "''"}, {"--stop-id", "-5"}};
+      {"--temperature", "-1"},
+      {"--temperature", "nan"},
+      {"--top-p", "0"},
+      {"--min-p", "2"},
+      {"--repetition-penalty", "0"},
+      {"--presence-penalty", "3"},
+      {"--stop", "''"},
+      {"--stop-id", "-5"},
+      // Values that pass as a double but are 0 as the float they are stored in.
+      {"--top-p", "1e-46"},
+      {"--repetition-penalty", "1e-46"},
+      // Whole numbers in decimal only: CLI11 alone wrapped -1 into the unsigned seed and read 0x10 as 16.
+      {"--seed", "-1"},
+      {"--seed", "99999999999999999999"},
+      {"--top-k", "0x10"},
+      {"--max-tokens", "-3"}};
   for (const auto& [flag, value] : bad) {
     for (const char* command : {" chat", " run"}) {
       const auto r =
@@ -60,6 +74,41 @@ TEST(Chat, EmptyTextFlagsOfRunAreRefused) {
     EXPECT_NE(r.exit_code, 0) << flag << ": " << r.output;
     EXPECT_NE(r.output.find("must not be empty"), std::string::npos) << flag << ": " << r.output;
   }
+  // -m "" (an unset variable, say) ran the random default model instead, or read the current directory.
+  for (const std::string command : {" run --ids 1", " chat", " tokenize"}) {
+    const auto r = run_shell("printf 'hi\\n' | " + kKimirt + command + " -m ''");
+    EXPECT_NE(r.exit_code, 0) << command << ": " << r.output;
+    EXPECT_NE(r.output.find("must not be empty"), std::string::npos) << command << ": " << r.output;
+  }
+}
+
+// Token ids the model has no row for: refused naming their flag, before the model is loaded (--ids was refused
+// only after the load; a --stop-id past the vocabulary was taken and could never stop anything).
+TEST(Chat, IdsOutsideTheVocabularyAreRefusedNamingTheFlag) {
+  const std::string model = kimirt::test::golden_dir("k3-tiny");  // vocabulary 1024
+  auto r = run_shell(kKimirt + " run -m " + model + " --ids 1,99999");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--ids: id 99999 is outside the model's vocabulary [0, 1024)"), std::string::npos)
+      << r.output;
+  r = run_shell(kKimirt + " run -m " + model + " --ids 1 --stop-id 999999");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--stop-id 999999: outside the model's vocabulary [0, 1024)"), std::string::npos) << r.output;
+}
+
+// --dump-logits naming an existing directory: refused before the load (it failed at the end, on the rename).
+TEST(Chat, DumpLogitsIntoADirectoryIsRefusedFirst) {
+  const auto r = run_shell(kKimirt + " run -m /nonexistent-model --dump-logits " + fs::temp_directory_path().string());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("is a directory; give the file to write"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("/nonexistent-model"), std::string::npos) << "refused before the model: " << r.output;
+}
+
+// Output that cannot be written (a full disk) is an error, not exit 0 with nothing written.
+TEST(Chat, OutputThatCannotBeWrittenIsAnError) {
+  const auto r =
+      run_shell("( " + kKimirt + " inspect --json " + kimirt::test::golden_dir("k3-tiny") + " > /dev/full )");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("writing the output failed"), std::string::npos) << r.output;
 }
 
 // --dump-logits into a directory that does not exist: refused before the model is loaded (it failed only at
@@ -86,6 +135,25 @@ TEST(Chat, ContextAndSystemFlagsAreCheckedAtStart) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--system: text to encode is not valid UTF-8"), std::string::npos) << r.output;
   fs::remove_all(dir);
+}
+
+// --thinking on a Kimi Linear model, whose template has no thinking channel: refused at start (it was ignored).
+TEST(Chat, ThinkingOnKimiLinearIsRefused) {
+  const fs::path k3 = fs::temp_directory_path() / "kimirt-chat-thinking-k3";
+  const fs::path kl = fs::temp_directory_path() / "kimirt-chat-thinking-kl";
+  fs::remove_all(k3);
+  fs::remove_all(kl);
+  auto made = run_shell(kKimirt + " make-tiny " + k3.string());  // the built-in tokenizer: 1456 ids
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  made = run_shell(kKimirt + " make-tiny " + kl.string() + " --family kimi-linear --vocab 1456 --tokenizer-from " +
+                   k3.string());
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const auto r = run_shell("printf 'hi\\n' | " + kKimirt + " chat -m " + kl.string() + " --thinking");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--thinking: the kimi_linear chat template has no thinking channel"), std::string::npos)
+      << r.output;
+  fs::remove_all(k3);
+  fs::remove_all(kl);
 }
 
 TEST(Chat, RefusesAModelWithoutTokenizer) {

@@ -3,13 +3,13 @@
 // produced. Lines starting with '/' are commands: /reset forgets the conversation, /system TEXT sets the
 // system message, /quit (or end of input) leaves. One rank: the model runs in this process.
 #include <algorithm>
-#include <optional>
-#include <string_view>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -61,6 +61,9 @@ void chat(const ChatOptions& o) {
   KIMIRT_CHECK(tokenizer.has_value(), "chat needs a tokenizer ({} in {}) of the model's vocabulary",
                text::kTiktokenModelFile, dir.string());
   const text::ChatTemplate chat_template = chat_template_of(config);
+  KIMIRT_CHECK(!o.thinking || chat_template.family() == text::ChatFamily::kKimiK3,
+               "--thinking: the {} chat template has no thinking channel (Kimi K3 only)",
+               text::chat_family_name(chat_template.family()));
   const std::string context_flag = fmt::format("--context {}", o.max_context);
   // A reply must fit beside at least a turn of the conversation: with -n at or past --context, every line
   // would be refused, and /reset could not help.
@@ -191,7 +194,8 @@ const RegisterCommand kChat("chat", 20, [](CLI::App& app) {
   o->sampling.temperature = 0.7f;
   o->sampling.top_p = 0.95f;
   auto* cmd = app.add_subcommand("chat", "Interactive chat on a terminal (/reset, /system TEXT, /quit)");
-  cmd->add_option("-m,--model", o->model_dir, "checkpoint directory (default: the embedded default model)");
+  cmd->add_option("-m,--model", o->model_dir, "checkpoint directory (default: the embedded default model)")
+      ->check(not_empty());
   cmd->add_option("--system", o->system, "system message");
   cmd->add_flag("--thinking", o->thinking, "K3: open the thinking channel before the response");
   add_sampling_options(cmd, o->sampling, "tokens per reply at most");

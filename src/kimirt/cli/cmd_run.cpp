@@ -34,8 +34,8 @@
 #include "kimirt/io/safetensors_writer.h"
 #include "kimirt/model/loader.h"
 #include "kimirt/runtime/backend_factory.h"
-#include "kimirt/runtime/parallel_config.h"
 #include "kimirt/runtime/engine.h"
+#include "kimirt/runtime/parallel_config.h"
 #include "kimirt/runtime/parallel_engine.h"
 #include "kimirt/runtime/rank_group.h"
 #include "kimirt/text/tokenizer.h"
@@ -167,6 +167,8 @@ void run(const RunOptions& o) {
     // Its directory is checked now, not after the load and the generation it would otherwise waste.
     const fs::path parent = fs::absolute(fs::path(o.dump_logits)).parent_path();
     std::error_code ec;
+    KIMIRT_CHECK(!fs::is_directory(fs::path(o.dump_logits), ec),
+                 "--dump-logits {}: is a directory; give the file to write", o.dump_logits);
     KIMIRT_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0,
                  "--dump-logits {}: {} is not a directory this process can write to", o.dump_logits, parent.string());
   }
@@ -198,6 +200,15 @@ void run(const RunOptions& o) {
     for (int32_t i = 1; i <= 8; ++i) prompt.push_back(i % static_cast<int32_t>(config.vocab_size));
   }
 
+  // Ids the model has no row for are refused naming their flag, before the load (the engine refuses them too).
+  for (const int32_t id : prompt) {
+    KIMIRT_CHECK(id >= 0 && id < config.vocab_size, "--ids: id {} is outside the model's vocabulary [0, {})", id,
+                 config.vocab_size);
+  }
+  for (const int32_t id : o.sampling.stop_ids) {
+    KIMIRT_CHECK(id < config.vocab_size, "--stop-id {}: outside the model's vocabulary [0, {}), it could never stop",
+                 id, config.vocab_size);
+  }
   RankInputs in{o, dir, checkpoint, parallel, device, {}, {}, {}, tokenizer, eos_ids(dir, config), load_timer};
   in.request.prompt = prompt;
   in.request.sampling = o.sampling;
@@ -215,7 +226,8 @@ const RegisterCommand kRun("run", 10, [](CLI::App& app) {
   o->sampling.max_tokens = 32;
   auto* cmd = app.add_subcommand("run", "Generate from one prompt, streaming the tokens (on one or several ranks)");
   cmd->add_option("-m,--model", o->model_dir,
-                  "checkpoint directory (default: a small random Kimi K3, generated once into the cache directory)");
+                  "checkpoint directory (default: a small random Kimi K3, generated once into the cache directory)")
+      ->check(not_empty());
   auto* text =
       cmd->add_option("-p,--prompt", o->prompt, "prompt text (needs the model's tokenizer)")->check(not_empty());
   auto* ids = cmd->add_option("--ids", o->ids, "prompt token ids, comma separated: 1,2,3")->check(not_empty());

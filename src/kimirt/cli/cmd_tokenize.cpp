@@ -7,6 +7,7 @@
 
 #include "kimirt/base/error.h"
 #include "kimirt/cli/command.h"
+#include "kimirt/cli/sampling_options.h"
 #include "kimirt/text/tokenizer.h"
 
 namespace kimirt::cli {
@@ -30,7 +31,8 @@ const RegisterCommand kTokenize("tokenize", 60, [](CLI::App& app) {
   auto options = std::make_shared<TokenizeOptions>();
   auto* cmd = app.add_subcommand("tokenize", "Encode the text on stdin; print its ids as a JSON array");
   cmd->add_option("-m,--model", options->model_dir, "model directory (tiktoken.model, tokenizer_config.json)")
-      ->required();
+      ->required()
+      ->check(not_empty());
   cmd->add_flag("--special", options->special,
                 "encode special-token text such as <|im_end|> as its single id (default: as plain text)");
   cmd->footer("The text is taken byte for byte, a final newline included (use printf or echo -n to omit it).");
@@ -57,7 +59,8 @@ const RegisterCommand kDetokenize("detokenize", 61, [](CLI::App& app) {
   auto options = std::make_shared<DetokenizeOptions>();
   auto* cmd = app.add_subcommand("detokenize", "Decode a JSON array of ids on stdin; print the text");
   cmd->add_option("-m,--model", options->model_dir, "model directory (tiktoken.model, tokenizer_config.json)")
-      ->required();
+      ->required()
+      ->check(not_empty());
   cmd->add_flag("--skip-special", options->skip_special, "leave special tokens out of the text");
   cmd->footer(
       "The bytes of the ids are written as they are (no newline is added; a character cut between ids "

@@ -1,6 +1,8 @@
 // kimirt: one binary that inspects, runs, chats with and serves Kimi K3 / Kimi Linear checkpoints.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "kimirt/base/error.h"
@@ -38,6 +40,11 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kimirt: error: %s\n", e.what());
+    return 1;
+  }
+  // Output that could not be written (a full disk, a closed descriptor) is an error, not a silent success.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "kimirt: error: writing the output failed: %s\n", std::strerror(errno));
     return 1;
   }
   return exit_code();

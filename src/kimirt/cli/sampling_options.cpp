@@ -1,7 +1,10 @@
 #include "kimirt/cli/sampling_options.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 namespace kimirt::cli {
@@ -13,14 +16,37 @@ CLI::Validator number_in(double lo, double hi, bool lo_open, const std::string& 
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         double v = 0.0;
-        const bool ok =
-            CLI::detail::lexical_cast(text, v) && std::isfinite(v) && v <= hi && (lo_open ? v > lo : v >= lo);
+        const bool parsed = CLI::detail::lexical_cast(text, v);
+        // Checked as the float it is stored in: 1e-46 passes as a double but is 0 as a float.
+        const double f = static_cast<float>(v);
+        const bool ok = parsed && std::isfinite(f) && f <= hi && (lo_open ? f > lo : f >= lo);
         return ok ? std::string() : "must be a number in " + range + ", got " + text;
       },
       range);
 }
 
 }  // namespace
+
+CLI::Validator decimal_at_most(uint64_t max) {
+  return CLI::Validator(
+      [max](std::string& text) -> std::string {
+        // Decimal digits only: CLI11 reads "010" as octal 8 and "-1" into an unsigned seed as 2^64 - 1.
+        const bool digits =
+            !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+        uint64_t v = 0;
+        bool fits = digits;
+        for (char c : text) {
+          if (!fits) break;
+          const uint64_t d = static_cast<uint64_t>(c - '0');
+          fits = v <= (max - d) / 10;
+          v = v * 10 + d;
+        }
+        if (!fits) return "must be a whole number in [0, " + std::to_string(max) + "] (decimal digits), got " + text;
+        text = std::to_string(v);  // without leading zeros, which CLI11 would take for octal
+        return std::string();
+      },
+      "UINT");
+}
 
 const CLI::Validator& not_empty() {
   static const CLI::Validator v(
@@ -29,20 +55,22 @@ const CLI::Validator& not_empty() {
 }
 
 void add_sampling_options(CLI::App* cmd, runtime::SamplingParams& sp, const std::string& max_tokens_help) {
-  cmd->add_option("-n,--max-tokens", sp.max_tokens, max_tokens_help)->check(CLI::NonNegativeNumber);
+  constexpr uint64_t kIntMax = static_cast<uint64_t>(std::numeric_limits<int>::max());
+  cmd->add_option("-n,--max-tokens", sp.max_tokens, max_tokens_help)->check(decimal_at_most(kIntMax));
   cmd->add_option("--temperature", sp.temperature, "0 = greedy")->check(number_in(0.0, FLT_MAX, false, "[0, inf)"));
-  cmd->add_option("--top-k", sp.top_k, "keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", sp.top_k, "keep the k most likely tokens (0 = off)")->check(decimal_at_most(kIntMax));
   cmd->add_option("--top-p", sp.top_p, "nucleus sampling (1 = off)")->check(number_in(0.0, 1.0, true, "(0, 1]"));
   cmd->add_option("--min-p", sp.min_p, "keep tokens with p >= min_p * p_max (0 = off)")
       ->check(number_in(0.0, 1.0, false, "[0, 1]"));
-  cmd->add_option("--seed", sp.seed, "sampling seed (default 0: the same flags and prompt give the same text)");
+  cmd->add_option("--seed", sp.seed, "sampling seed (default 0: the same flags and prompt give the same text)")
+      ->check(decimal_at_most(std::numeric_limits<uint64_t>::max()));
   cmd->add_option("--repetition-penalty", sp.repetition_penalty, "Hugging Face repetition penalty (1 = off)")
       ->check(number_in(0.0, FLT_MAX, true, "(0, inf)"));
   cmd->add_option("--presence-penalty", sp.presence_penalty, "OpenAI presence penalty")
       ->check(number_in(-2.0, 2.0, false, "[-2, 2]"));
   cmd->add_option("--frequency-penalty", sp.frequency_penalty, "OpenAI frequency penalty")
       ->check(number_in(-2.0, 2.0, false, "[-2, 2]"));
-  cmd->add_option("--stop-id", sp.stop_ids, "stop after this token id (repeatable)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--stop-id", sp.stop_ids, "stop after this token id (repeatable)")->check(decimal_at_most(kIntMax));
   cmd->add_option("--stop", sp.stop_strings, "stop before this text (repeatable; needs the tokenizer)")
       ->check(not_empty());
   cmd->add_flag("--ignore-eos", sp.ignore_eos, "keep going past the model's EOS id");

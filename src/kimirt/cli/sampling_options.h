@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "kimirt/runtime/sampling_params.h"
@@ -16,5 +17,9 @@ void add_sampling_options(CLI::App* cmd, runtime::SamplingParams& sp, const std:
 
 // A text flag given as "" is refused naming the flag (an empty value must not read as "not given").
 const CLI::Validator& not_empty();
+
+// A whole number in [0, max] written in decimal digits only: CLI11 alone reads "010" as octal 8 and wraps
+// "-1" into an unsigned flag.
+CLI::Validator decimal_at_most(uint64_t max);
 
 }  // namespace kimirt::cli

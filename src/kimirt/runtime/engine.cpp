@@ -67,6 +67,10 @@ int64_t Engine::submit(GenerationRequest request) {
     KIMIRT_CHECK(request.prompt[i] >= 0 && request.prompt[i] < vocab,
                  "request: prompt token {} is id {}, outside the vocabulary [0, {})", i, request.prompt[i], vocab);
   }
+  // A stop id outside the vocabulary could never be sampled: the request would silently run to max_tokens.
+  for (const int32_t id : request.sampling.stop_ids) {
+    KIMIRT_CHECK(id >= 0 && id < vocab, "request: stop id {} is outside the vocabulary [0, {})", id, vocab);
+  }
   with_context("request", [&] { request.sampling.validate(); });
   KIMIRT_CHECK(request.sampling.stop_strings.empty() || config_.tokenizer.has_value(),
                "request: stop strings need a tokenizer, and this engine has none");
