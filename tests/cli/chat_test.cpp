@@ -145,8 +145,7 @@ TEST(Chat, ThinkingOnKimiLinearIsRefused) {
   fs::remove_all(kl);
   auto made = run_shell(kKimirt + " make-tiny " + k3.string());  // the built-in tokenizer: 1456 ids
   ASSERT_EQ(made.exit_code, 0) << made.output;
-  made = run_shell(kKimirt + " make-tiny " + kl.string() + " --family kimi-linear --vocab 1456 --tokenizer-from " +
-                   k3.string());
+  made = run_shell(kKimirt + " make-tiny " + kl.string() + " --family kimi-linear --tokenizer-from " + k3.string());
   ASSERT_EQ(made.exit_code, 0) << made.output;
   const auto r = run_shell("printf 'hi\\n' | " + kKimirt + " chat -m " + kl.string() + " --thinking");
   EXPECT_EQ(r.exit_code, 1) << r.output;

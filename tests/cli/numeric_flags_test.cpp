@@ -119,12 +119,37 @@ namespace {
 // converted to 0 and wrote the smallest checkpoint, exit 0); the two tokenizer flags exclude each other.
 TEST(NumericFlags, MakeTinySizesAndTokenizerFlagsAreChecked) {
   const std::string out = (std::filesystem::temp_directory_path() / "kimirt-make-tiny-flags").string();
-  for (const char* bad : {"--size-gb 2e10", "--size-gb 0", "--shard-mb 1e30", "--no-tokenizer --tokenizer-from /tmp"}) {
+  // --size-gb sets the expert count: an --experts beside it had been ignored.
+  for (const char* bad : {"--size-gb 2e10", "--size-gb 0", "--shard-mb 1e30", "--no-tokenizer --tokenizer-from /tmp",
+                          "--experts 64 --size-gb 0.001"}) {
     const auto r = run_command(kimirt() + " make-tiny " + out + " " + bad);
     EXPECT_NE(r.exit_code, 0) << bad << ": " << r.output;
     EXPECT_FALSE(std::filesystem::exists(out)) << bad << " wrote a checkpoint";
     std::filesystem::remove_all(out);
   }
+}
+
+// --tokenizer-from gives the model its tokenizer's vocabulary (a Kimi Linear model kept its default 512 beside a
+// tokenizer of another size: run then printed ids and chat refused); a --vocab that differs is refused.
+TEST(NumericFlags, MakeTinyTakesTheVocabularyOfItsTokenizer) {
+  const auto tmp = std::filesystem::temp_directory_path();
+  const std::string k3 = (tmp / "kimirt-make-tiny-vocab-k3").string(),
+                    kl = (tmp / "kimirt-make-tiny-vocab-kl").string();
+  std::filesystem::remove_all(k3);
+  std::filesystem::remove_all(kl);
+  ASSERT_EQ(run_command(kimirt() + " make-tiny " + k3).exit_code, 0);  // the built-in tokenizer
+  const auto bad =
+      run_command(kimirt() + " make-tiny " + kl + " --family kimi-linear --vocab 512 --tokenizer-from " + k3);
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--vocab 512: the tokenizer of --tokenizer-from " + k3 + " has"));
+  EXPECT_FALSE(std::filesystem::exists(kl));
+  const auto good = run_command(kimirt() + " make-tiny " + kl + " --family kimi-linear --tokenizer-from " + k3);
+  ASSERT_EQ(good.exit_code, 0) << good.output;
+  const auto r = run_command(kimirt() + " run -m " + kl + " -p 'hello' -n 2 --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, testing::Not(HasSubstr("printing ids"))) << r.output;
+  std::filesystem::remove_all(k3);
+  std::filesystem::remove_all(kl);
 }
 
 }  // namespace

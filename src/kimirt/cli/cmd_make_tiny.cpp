@@ -12,6 +12,7 @@
 #include "kimirt/cli/command.h"
 #include "kimirt/model/tiny_checkpoint.h"
 #include "kimirt/text/default_tokenizer.h"
+#include "kimirt/text/tokenizer.h"
 
 namespace kimirt::cli {
 namespace {
@@ -33,10 +34,11 @@ struct MakeTinyOptions {
   model::TinyDims dims;
 };
 
-void add_dim(CLI::App* cmd, const std::string& flag, std::optional<int64_t>& field, const std::string& help,
-             bool zero_ok = false) {
-  cmd->add_option_function<int64_t>(
-         flag, [&field](const int64_t& v) { field = v; }, help)
+CLI::Option* add_dim(CLI::App* cmd, const std::string& flag, std::optional<int64_t>& field, const std::string& help,
+                     bool zero_ok = false) {
+  return cmd
+      ->add_option_function<int64_t>(
+          flag, [&field](const int64_t& v) { field = v; }, help)
       ->check(zero_ok ? CLI::NonNegativeNumber : CLI::PositiveNumber);
 }
 
@@ -51,6 +53,15 @@ void run(const MakeTinyOptions& o) {
   const bool builtin_tokenizer = o.family == "k3" && !o.no_tokenizer && o.tokenizer_from.empty() && !o.dims.vocab;
   model::TinyDims dims = o.dims;
   if (builtin_tokenizer) dims.vocab = text::default_tokenizer_vocab_size();
+  if (!o.tokenizer_from.empty()) {
+    // The model's vocabulary is the tokenizer's: with any other, run and chat could not turn its ids into text.
+    const int64_t ids = with_context(fmt::format("--tokenizer-from {}", o.tokenizer_from), [&] {
+      return static_cast<int64_t>(text::Tokenizer::load(o.tokenizer_from).vocab_size());
+    });
+    KIMIRT_CHECK(!dims.vocab || *dims.vocab == ids, "--vocab {}: the tokenizer of --tokenizer-from {} has {} ids",
+                 dims.vocab.value_or(0), o.tokenizer_from, ids);
+    dims.vocab = ids;
+  }
   model::ModelConfig config = model::tiny_config(families.at(o.family), dims, formats.at(o.experts_format));
   if (o.size_gb > 0) model::scale_experts_to_size(config, static_cast<uint64_t>(o.size_gb * double(1ull << 30)));
   model::TinyCheckpointOptions options;
@@ -85,8 +96,9 @@ const RegisterCommand kMakeTiny("make-tiny", 70, [](CLI::App& app) {
   // Bounded so that the byte counts they become fit 64 bits (a double past that converts to anything).
   cmd->add_option("--shard-mb", o->shard_mb, "shard size in MiB (a larger tensor gets a shard of its own)")
       ->check(CLI::Range(1.0 / 1024, 1024.0 * 1024 * 1024));
-  cmd->add_option("--size-gb", o->size_gb, "grow the number of experts until the checkpoint holds this many GiB")
-      ->check(CLI::Range(1.0 / 1024, 1024.0 * 1024));
+  auto* size_gb =
+      cmd->add_option("--size-gb", o->size_gb, "grow the number of experts until the checkpoint holds this many GiB")
+          ->check(CLI::Range(1.0 / 1024, 1024.0 * 1024));
   cmd->add_option("--tokenizer-from", o->tokenizer_from,
                   "copy tiktoken.model and tokenizer_config.json from this directory (default for k3: the "
                   "built-in tokenizer, unless --vocab is given)");
@@ -101,7 +113,8 @@ const RegisterCommand kMakeTiny("make-tiny", 70, [](CLI::App& app) {
   add_dim(cmd, "--rope-dim", d.rope_dim, "MLA qk_rope_head_dim");
   add_dim(cmd, "--kv-lora-rank", d.kv_lora_rank, "MLA kv_lora_rank");
   add_dim(cmd, "--q-lora-rank", d.q_lora_rank, "MLA q_lora_rank (k3)");
-  add_dim(cmd, "--experts", d.experts, "routed experts per MoE layer");
+  // --size-gb sets the expert count itself (an --experts beside it was ignored).
+  add_dim(cmd, "--experts", d.experts, "routed experts per MoE layer")->excludes(size_gb);
   add_dim(cmd, "--top-k", d.top_k, "experts per token");
   add_dim(cmd, "--shared-experts", d.shared_experts, "shared experts", /*zero_ok=*/true);
   add_dim(cmd, "--intermediate", d.intermediate, "dense MLP width (layer 0)");
