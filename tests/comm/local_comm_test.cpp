@@ -51,10 +51,12 @@ TEST(LocalComm, GatherScatterAllToAllBroadcast) {
     c.all_gather(send.data(), gathered.data(), 2, DType::kI32);
     EXPECT_EQ(gathered, (std::vector<int32_t>{0, 0, 1, 10, 2, 20}));
 
-    std::vector<float> blocks = {1.0f, 2.0f, 3.0f};  // block b = b + 1 on every rank
+    // Block b of rank q holds 10·q + b: rank r's result, Σ_q (10·q + r) = 30 + 3r, needs every rank's own block r
+    // (equal blocks on every rank could not tell a sum over the wrong buffers).
+    std::vector<float> blocks = {10.0f * r, 10.0f * r + 1, 10.0f * r + 2};
     float mine = 0.0f;
     c.reduce_scatter_sum(blocks.data(), &mine, 1, DType::kF32);
-    EXPECT_EQ(mine, 3.0f * static_cast<float>(r + 1));
+    EXPECT_EQ(mine, 30.0f + 3.0f * static_cast<float>(r));
 
     // Rank r sends r+1 copies of its id to every rank.
     const size_t n = static_cast<size_t>(r + 1);

@@ -37,9 +37,11 @@ int main() {
     for (int i = 0; i < n; ++i) want_all.insert(want_all.end(), {i, -i});
     expect_eq("all_gather", r, all, want_all);
 
-    std::vector<double> blocks(static_cast<size_t>(n), 1.0), got(1);
+    // Block b of rank q holds 10·q + b, so rank r's sum, Σ_q (10·q + r), needs every rank's own block r.
+    std::vector<double> blocks(static_cast<size_t>(n)), got(1);
+    for (int b = 0; b < n; ++b) blocks[static_cast<size_t>(b)] = 10.0 * r + b;
     comm->reduce_scatter_sum(blocks.data(), got.data(), 1, DType::kF64);
-    expect_eq("reduce_scatter_sum", r, got, {static_cast<double>(n)});
+    expect_eq("reduce_scatter_sum", r, got, {10.0 * n * (n - 1) / 2 + static_cast<double>(n) * r});
 
     // Rank r sends (r + 1) copies of r to every rank.
     const size_t k = static_cast<size_t>(r + 1);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "test_util.h"
@@ -61,6 +62,8 @@ TEST(CpuKdaConv, ShortSequenceShiftsOlderStateThrough) {
   float y;
   short_conv_silu(x.data(), w.data(), state.data(), 1, 1, 4, &y);
   EXPECT_EQ(state, (std::vector<float>{2, 3, 4}));
+  // The last tap is the current token: y = silu(1 · 4).
+  EXPECT_NEAR(y, 4.0 / (1.0 + std::exp(-4.0)), 1e-6);
 }
 
 }  // namespace

@@ -48,6 +48,11 @@ TEST(CpuRouter, RenormalizationDividesBySumPlusTinyEpsilon) {
   EXPECT_EQ(ids[1], 0);
   EXPECT_NEAR(w[0], 0.75, 1e-6);
   EXPECT_NEAR(w[1], 0.25, 1e-6);
+  // Where the epsilon shows: chosen scores that are all 0 (sigmoid underflowed) give weights 0, not 0/0 = NaN.
+  const std::vector<float> zeros = {0.0f, 0.0f, 0.0f};
+  select_experts(cfg, zeros.data(), nullptr, ids, w);
+  EXPECT_EQ(w[0], 0.0f);
+  EXPECT_EQ(w[1], 0.0f);
   cfg.renormalize = false;
   select_experts(cfg, scores.data(), nullptr, ids, w);
   EXPECT_NEAR(w[0], 0.6, 1e-7);

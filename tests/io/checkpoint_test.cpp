@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <map>
 #include <optional>
@@ -308,7 +309,10 @@ TEST(Checkpoint, InspectGivesTheReportAndTheOpenCheckpoint) {
   EXPECT_EQ(inspection.report.warnings, opened.warnings());
   // Its tensors are readable: the table points into its own shards after the move out of the walk.
   for (const auto& name : opened.tensor_names()) {
-    EXPECT_EQ(inspection.checkpoint->read_tensor(name).nbytes(), opened.read_tensor(name).nbytes()) << name;
+    const auto mine = inspection.checkpoint->read_tensor(name), theirs = opened.read_tensor(name);
+    ASSERT_EQ(mine.nbytes(), theirs.nbytes()) << name;
+    // The bytes, not only the sizes (a table pointing into the wrong shard would read other tensors' bytes).
+    EXPECT_EQ(0, std::memcmp(mine.data_as<uint8_t>(), theirs.data_as<uint8_t>(), mine.nbytes())) << name;
   }
 
   auto broken = good_layout();

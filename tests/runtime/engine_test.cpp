@@ -12,6 +12,7 @@
 
 #include "common/error_of.h"
 #include "kimirt/cpu/lm_head.h"
+#include "kimirt/runtime/sampler.h"
 #include "kimirt/text/stream_decoder.h"
 #include "runtime/failing_backend.h"
 #include "runtime/test_util.h"
@@ -123,6 +124,38 @@ TEST_F(EngineTest, GreedyTokensMatchAHandWrittenLoop) {
   EXPECT_EQ(engine.stats().prompt_tokens, 12);
   EXPECT_EQ(engine.stats().generated_tokens, 6);
   EXPECT_EQ(engine.stats().decode_step_tokens, 5);
+}
+
+// The engine's sampling against a hand-written loop of Sampler over the backend's logits, as the greedy test
+// above does for argmax: a repetition penalty seeded with the prompt, and a seeded temperature / top-k draw.
+// (The batching test below compares the engine only with itself; a sampler built without the prompt would
+// pass it.)
+TEST_F(EngineTest, SampledTokensMatchAHandWrittenLoop) {
+  SamplingParams penalized;
+  penalized.repetition_penalty = 1.3f;
+  SamplingParams drawn;
+  drawn.temperature = 0.8f, drawn.top_k = 20, drawn.seed = 7;
+  for (const SamplingParams& params : {penalized, drawn}) {
+    const auto prompt = ids(20, 4);
+    testing::TestBackend t(model_);
+    Sampler sampler(params, prompt);
+    std::vector<int32_t> expected;
+    auto logits = testing::run_one(t.backend, prompt, 0, 0, LogitRows::kLast);
+    for (int i = 0; i < 6; ++i) {
+      expected.push_back(sampler.sample(logits));
+      logits = testing::run_one(t.backend, {expected.back()}, 20 + i, 0, LogitRows::kLast);
+    }
+    testing::TestBackend t2(model_);
+    Collector c;
+    Engine engine(t2.backend, {}, c.callback());
+    GenerationRequest request = greedy(prompt, 6);
+    request.sampling = params;
+    request.sampling.max_tokens = 6;
+    const int64_t id = engine.submit(request);
+    engine.run_until_idle();
+    EXPECT_EQ(c.at(id).tokens, expected) << "repetition penalty " << params.repetition_penalty << ", temperature "
+                                         << params.temperature;
+  }
 }
 
 TEST_F(EngineTest, ContinuousBatchingGivesEachRequestItsTokensAlone) {

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "kimirt/base/error.h"
@@ -89,6 +91,71 @@ TEST(Sampler, TopPAndMinPCut) {
     std::vector<float> logits = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
     EXPECT_NE(t.sample(logits), 2);
   }
+}
+
+// The share of token 1 over `draws` draws from logits {0, ln 3} with these params (seed 7).
+double share_of_one(SamplingParams p, int draws) {
+  p.seed = 7;
+  Sampler s(p, {});
+  int ones = 0;
+  for (int i = 0; i < draws; ++i) {
+    std::vector<float> logits = {0.0f, std::log(3.0f)};
+    ones += s.sample(logits) == 1;
+  }
+  return static_cast<double>(ones) / draws;
+}
+
+// The temperature divides the logits: {0, ln 3} gives p(1) = 9/10 at T = 0.5 and sqrt(3)/(1 + sqrt(3)) at T = 2
+// (every other draw of these tests runs at T = 1, where dividing and multiplying agree). 20000 draws: within 5
+// standard deviations (under 0.011).
+TEST(Sampler, TemperatureScalesTheLogits) {
+  SamplingParams p;
+  for (const auto& [t, want] : {std::pair{0.5f, 0.9}, std::pair{2.0f, std::sqrt(3.0) / (1.0 + std::sqrt(3.0))}}) {
+    p.temperature = t;
+    const double sigma = std::sqrt(want * (1.0 - want) / 20000.0);
+    EXPECT_NEAR(share_of_one(p, 20000), want, 5.0 * sigma) << "T = " << t;
+  }
+}
+
+// What the filters keep, not only what they cut: top-k 2 of three logits draws both kept ids and never the
+// third; top-p 0.8 over {0.6, 0.3, 0.1} keeps the first two (0.6 alone falls short), so both are drawn;
+// min-p 0.4 keeps p >= 0.24, tokens 0 and 1.
+TEST(Sampler, FiltersKeepWhatTheyShould) {
+  const auto draws = [](SamplingParams p, std::vector<float> logits) {
+    p.temperature = 1.0f;
+    p.seed = 11;
+    Sampler s(p, {});
+    std::map<int32_t, int> seen;
+    for (int i = 0; i < 400; ++i) {
+      auto l = logits;
+      seen[s.sample(l)]++;
+    }
+    return seen;
+  };
+  const std::vector<float> three = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
+  SamplingParams k;
+  k.top_k = 2;
+  auto seen = draws(k, three);
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_EQ(seen.count(2), 0u);
+  SamplingParams tp;
+  tp.top_p = 0.8f;
+  seen = draws(tp, three);
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_EQ(seen.count(2), 0u);
+  SamplingParams mp;
+  mp.min_p = 0.4f;
+  seen = draws(mp, three);
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_EQ(seen.count(2), 0u);
+  // min-p is relative to the top token: 0.6 would cut token 1 (0.3 < 0.6) if it were absolute.
+  SamplingParams mp_rel;
+  mp_rel.min_p = 0.45f;  // keeps p >= 0.27
+  seen = draws(mp_rel, three);
+  EXPECT_GT(seen[1], 0);
 }
 
 // Rows that are not all finite (an overflowing head, a NaN from a bad weight): NaN is never drawn, an
