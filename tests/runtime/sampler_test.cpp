@@ -133,29 +133,20 @@ TEST(Sampler, FiltersKeepWhatTheyShould) {
     return seen;
   };
   const std::vector<float> three = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
-  SamplingParams k;
+  SamplingParams k, tp, mp;
   k.top_k = 2;
-  auto seen = draws(k, three);
-  EXPECT_GT(seen[0], 0);
-  EXPECT_GT(seen[1], 0);
-  EXPECT_EQ(seen.count(2), 0u);
-  SamplingParams tp;
   tp.top_p = 0.8f;
-  seen = draws(tp, three);
-  EXPECT_GT(seen[0], 0);
-  EXPECT_GT(seen[1], 0);
-  EXPECT_EQ(seen.count(2), 0u);
-  SamplingParams mp;
   mp.min_p = 0.4f;
-  seen = draws(mp, three);
-  EXPECT_GT(seen[0], 0);
-  EXPECT_GT(seen[1], 0);
-  EXPECT_EQ(seen.count(2), 0u);
-  // min-p is relative to the top token: 0.6 would cut token 1 (0.3 < 0.6) if it were absolute.
+  for (const SamplingParams& p : {k, tp, mp}) {
+    const auto seen = draws(p, three);
+    EXPECT_GT(seen.count(0), 0u) << p.top_k << " " << p.top_p << " " << p.min_p;
+    EXPECT_GT(seen.count(1), 0u) << p.top_k << " " << p.top_p << " " << p.min_p;
+    EXPECT_EQ(seen.count(2), 0u) << p.top_k << " " << p.top_p << " " << p.min_p;
+  }
+  // min-p is relative to the top token: taken as an absolute threshold, 0.45 would cut token 1 (0.3 < 0.45).
   SamplingParams mp_rel;
   mp_rel.min_p = 0.45f;  // keeps p >= 0.27
-  seen = draws(mp_rel, three);
-  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(draws(mp_rel, three).count(1), 0u);
 }
 
 // Rows that are not all finite (an overflowing head, a NaN from a bad weight): NaN is never drawn, an
