@@ -121,6 +121,39 @@ TEST_P(ForwardTest, BatchOfSequencesMatchesEachAlone) {
   EXPECT_LE(rel_error(c_out, c_ref), kTol);
 }
 
+// Block tables that are neither ascending nor contiguous, of two sequences interleaved in one cache (A = {37, 2,
+// 21}, B = {5, 40, 13}, 16 rows each), both longer than a block and prefilled in two chunks, so that the second
+// chunk's attention reads the first's rows back across blocks: the logits of each sequence alone on ascending
+// blocks (every other test's tables are ascending and consecutive).
+TEST_P(ForwardTest, ShuffledInterleavedBlockTablesGiveTheSameLogits) {
+  const RandomModel m(config(), 12);
+  const int64_t V = m.config().vocab_size;
+  const auto a_ids = testing::random_ids(40, V, 13), b_ids = testing::random_ids(35, V, 14);
+  TestBackend alone(m);
+  const auto a_ref = run_one(alone.backend, a_ids, 0, 0, LogitRows::kAll);
+  const auto b_ref = run_one(alone.backend, b_ids, 0, 1, LogitRows::kAll);
+
+  TestBackend shuffled(m);
+  Backend& be = shuffled.backend;
+  ASSERT_EQ(be.cache_config().block_size, 16);
+  Forward fwd(be);
+  const std::vector<int32_t> a_blocks = {37, 2, 21}, b_blocks = {5, 40, 13};
+  std::vector<float> a_out, b_out;
+  for (const auto& [from, to] : {std::pair<int64_t, int64_t>{0, 20}, std::pair<int64_t, int64_t>{20, 40}}) {
+    StepBatch batch;
+    const int64_t b_to = std::min<int64_t>(to, static_cast<int64_t>(b_ids.size()));
+    batch.add(std::vector<int32_t>(a_ids.begin() + from, a_ids.begin() + to), from, 0, a_blocks, LogitRows::kAll);
+    batch.add(std::vector<int32_t>(b_ids.begin() + from, b_ids.begin() + b_to), from, 1, b_blocks, LogitRows::kAll);
+    ActBuffer logits = fwd.run(batch);
+    std::vector<float> host(static_cast<size_t>(batch.logit_rows * V));
+    be.to_host(logits.get(), 0, batch.logit_rows, host);
+    a_out.insert(a_out.end(), host.begin(), host.begin() + (to - from) * V);
+    b_out.insert(b_out.end(), host.begin() + (to - from) * V, host.end());
+  }
+  EXPECT_LE(rel_error(a_out, a_ref), kTol);
+  EXPECT_LE(rel_error(b_out, b_ref), kTol);
+}
+
 TEST_P(ForwardTest, ASequenceStartingInAUsedSlotStartsFromZeroState) {
   const RandomModel m(config(), 9);
   const int64_t V = m.config().vocab_size;
