@@ -131,6 +131,11 @@ TEST(Chat, ContextAndSystemFlagsAreCheckedAtStart) {
   auto r = run_shell("printf 'hello\\n' | " + kKimirt + " chat -m " + dir.string() + " --context 200 -n 256");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("-n 256 leaves no room in --context 200"), std::string::npos) << r.output;
+  // Room for -n but not for the markup of one turn beside it (a long --system, here): every line was refused.
+  r = run_shell("printf 'hello\\n' | " + kKimirt + " chat -m " + dir.string() + " --context 40 -n 30 --system \"" +
+                std::string(200, 'a') + "\"");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--context 40 cannot hold one turn"), std::string::npos) << r.output;
   r = run_shell("printf 'hello\\n' | " + kKimirt + " chat -m " + dir.string() + " --system \"$(printf '\\377')\"");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--system: text to encode is not valid UTF-8"), std::string::npos) << r.output;

@@ -72,6 +72,19 @@ void chat(const ChatOptions& o) {
                o.sampling.max_tokens, context_flag);
   // Encoded once now: a --system text that is not UTF-8 would otherwise fail every line, naming no flag.
   with_context("--system", [&] { (void)tokenizer->encode(o.system); });
+  // The shortest turn there can be (the system message, a one-character line, the template's markup) must fit
+  // beside a reply of -n: otherwise every line would be refused, and /reset could not help.
+  {
+    std::vector<text::ChatMessage> shortest;
+    if (!o.system.empty()) shortest.push_back({"system", o.system, "", ""});
+    shortest.push_back({"user", "x", "", ""});
+    const auto prompt = chat_template.encode(*tokenizer, shortest, /*add_generation_prompt=*/true, o.thinking);
+    const int64_t need = runtime::cache_positions_needed(static_cast<int64_t>(prompt.size()), o.sampling.max_tokens);
+    KIMIRT_CHECK(need <= o.max_context,
+                 "{} cannot hold one turn: the system message and the template's markup take {} tokens, a reply of "
+                 "-n {} more",
+                 context_flag, prompt.size(), o.sampling.max_tokens);
+  }
   const runtime::CacheConfig cache = one_sequence_cache(o.max_context, config, context_flag);
 
   model::LoadedModel loaded = model::load_model(checkpoint, model::ParallelMapping{});
