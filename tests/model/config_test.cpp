@@ -110,6 +110,17 @@ TEST(Config, ParsesKimiK3Tiny) {
 }
 
 // to_json writes exactly the released layout: the golden config files come back field for field.
+// tie_word_embeddings stated at the top level only: taken (the text level's absence had been compared as false
+// and refused); stated at both levels, they must agree (Rules/ConfigRejects TieLevelsDisagree).
+TEST(Config, TopLevelTieWordEmbeddingsAloneIsTaken) {
+  json j = read_json("k3-tiny/config.json");
+  j["text_config"].erase("tie_word_embeddings");
+  j["tie_word_embeddings"] = true;
+  EXPECT_TRUE(ModelConfig::from_json(j).tie_word_embeddings);
+  j["tie_word_embeddings"] = false;
+  EXPECT_FALSE(ModelConfig::from_json(j).tie_word_embeddings);
+}
+
 TEST(Config, ToJsonReproducesTheGoldenFiles) {
   for (const char* model : {"kl-tiny", "k3-tiny"}) {
     const json golden = read_json(std::string(model) + "/config.json");

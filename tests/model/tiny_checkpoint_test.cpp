@@ -220,6 +220,12 @@ TEST(TinyCheckpoint, ScalesExpertsToATargetSize) {
   ModelConfig smaller = config;
   smaller.num_experts -= 8;
   EXPECT_LT(tiny_checkpoint_bytes(smaller), target);
+  // A top-k above the experts a small target needs: the experts grow to hold it (top-k 12 had been lowered to 8).
+  ModelConfig wide = tiny_config(ModelFamily::kKimiK3);
+  wide.num_experts_per_token = 12;
+  scale_experts_to_size(wide, 1);
+  EXPECT_EQ(wide.num_experts_per_token, 12);
+  EXPECT_EQ(wide.num_experts, 16);
 }
 
 TEST(TinyCheckpoint, RefusesToOverwriteAndLeavesNothingBehindOnError) {

@@ -149,9 +149,14 @@ void merge_top_level(const JsonFields& top, const JsonFields& text, ModelConfig&
     }
     if (!*id) *id = outer;
   }
-  if (auto tie = top.opt_bool("tie_word_embeddings"); tie && *tie != c.tie_word_embeddings) {
-    top.fail_field("tie_word_embeddings",
-                   fmt::format("({}) != {} ({})", *tie, text.field("tie_word_embeddings"), c.tie_word_embeddings));
+  // Compared only where the text level states it too (its absence is not "false"); otherwise the top level's
+  // value is taken, as for the ids above.
+  if (auto tie = top.opt_bool("tie_word_embeddings")) {
+    if (text.has("tie_word_embeddings") && *tie != c.tie_word_embeddings) {
+      top.fail_field("tie_word_embeddings",
+                     fmt::format("({}) != {} ({})", *tie, text.field("tie_word_embeddings"), c.tie_word_embeddings));
+    }
+    c.tie_word_embeddings = *tie;
   }
   c.media_placeholder_token_id = top.opt_int("media_placeholder_token_id");
   if (auto q = top.opt_object("quantization_config")) {

@@ -336,8 +336,9 @@ void scale_experts_to_size(ModelConfig& config, uint64_t target_bytes) {
   const uint64_t per8 = tiny_checkpoint_bytes(c) - base;  // the bytes of 8 more experts in every MoE layer
   uint64_t groups = 1;
   if (target_bytes > base) groups = 1 + (target_bytes - base + per8 - 1) / per8;
-  config.num_experts = static_cast<int64_t>(groups * 8);
-  config.num_experts_per_token = std::min(config.num_experts_per_token, config.num_experts);
+  // At least the experts a token takes: a top-k above the count is kept, not lowered to fit.
+  const uint64_t min_groups = static_cast<uint64_t>((config.num_experts_per_token + 7) / 8);
+  config.num_experts = static_cast<int64_t>(std::max(groups, min_groups) * 8);
   config.validate("make-tiny");
 }
 
