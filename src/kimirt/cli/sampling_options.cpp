@@ -1,6 +1,5 @@
 #include "kimirt/cli/sampling_options.h"
 
-#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -31,14 +30,12 @@ CLI::Validator decimal_at_most(uint64_t max) {
   return CLI::Validator(
       [max](std::string& text) -> std::string {
         // Decimal digits only: CLI11 reads "010" as octal 8 and "-1" into an unsigned seed as 2^64 - 1.
-        const bool digits =
-            !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
         uint64_t v = 0;
-        bool fits = digits;
+        bool fits = !text.empty();
         for (char c : text) {
+          const auto d = static_cast<uint64_t>(c - '0');
+          fits = fits && c >= '0' && c <= '9' && v <= (max - d) / 10;
           if (!fits) break;
-          const uint64_t d = static_cast<uint64_t>(c - '0');
-          fits = v <= (max - d) / 10;
           v = v * 10 + d;
         }
         if (!fits) return "must be a whole number in [0, " + std::to_string(max) + "] (decimal digits), got " + text;

@@ -319,7 +319,6 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
     for (const char* field : {"gate_lower_bound", "use_full_rank_gate"}) {
       if (!lac.has(field)) lac.fail_field(field, "is missing: a Kimi K3 config states it");
     }
-
   } else if (model_type == "kimi_linear") {
     c.family = ModelFamily::kKimiLinear;
     parse_text_fields(top, c);

@@ -26,9 +26,9 @@ SequenceCache& CacheManager::open(int64_t seq_id) {
 
 int64_t CacheManager::blocks_needed(int64_t seq_id, int64_t total_tokens) const {
   const SequenceCache& seq = at(seq_id);
-  // Rounded up without total_tokens + block_size - 1, which overflows near INT64_MAX.
-  const int64_t needed = std::max<int64_t>(total_tokens, 0) / config_.block_size +
-                         (std::max<int64_t>(total_tokens, 0) % config_.block_size != 0);
+  // Rounded up without tokens + block_size - 1, which overflows near INT64_MAX.
+  const int64_t tokens = std::max<int64_t>(total_tokens, 0);
+  const int64_t needed = tokens / config_.block_size + (tokens % config_.block_size != 0);
   const int64_t have = static_cast<int64_t>(seq.blocks.size());
   return needed > have ? needed - have : 0;
 }
