@@ -4,13 +4,20 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <future>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "kimirt/base/error.h"
+#include "kimirt/cuda/check.h"
+#include "kimirt/cuda/device.h"
 #include "test_util.h"
 
 namespace kimirt::cuda {
@@ -56,48 +63,133 @@ TEST(NcclComm, IdFileBootstrapWithOneRank) {
   }
 }
 
-// Rank r holds (r + 1)·(i + 1) at i; each collective's result is known in closed form.
+// Every collective of rank r of a two-rank group on its own GPU, with rank r holding (r + 1)·(i + 1) at i:
+// each result is known in closed form.
+void check_two_rank_collectives(NcclComm* comm, int r) {
+  EXPECT_EQ(comm->device(), r);
+  EXPECT_EQ(comm->rank(), r);
+  EXPECT_EQ(comm->size(), 2);
+  const auto seq = [&](int n, float base) {
+    std::vector<float> v(n);
+    for (int i = 0; i < n; ++i) v[i] = base * static_cast<float>(i + 1);
+    return v;
+  };
+  auto buf = test::upload(seq(4, r + 1.0f));
+  comm->all_reduce_sum(buf.data(), 4, DType::kF32);
+  auto gathered = test::upload(std::vector<float>(8, -1.0f));
+  comm->all_gather(buf.data(), gathered.data(), 4, DType::kF32);
+  auto send8 = test::upload(seq(8, r + 1.0f)), scattered = test::upload(std::vector<float>(4, -1.0f));
+  comm->reduce_scatter_sum(send8.data(), scattered.data(), 4, DType::kF32);
+  auto bcast = test::upload(seq(4, r + 1.0f));
+  comm->broadcast(bcast.data(), 4, DType::kF32, 1);
+  // Rank 0 sends 1 value to itself and 2 to rank 1; rank 1 sends 3 to rank 0 and 1 to itself.
+  const std::vector<size_t> send_counts = r == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{3, 1};
+  const std::vector<size_t> recv_counts = r == 0 ? std::vector<size_t>{1, 3} : std::vector<size_t>{2, 1};
+  std::vector<float> a2a(4);
+  for (int k = 0; k < 4; ++k) a2a[k] = 10.0f * r + k;
+  auto a2a_send = test::upload(a2a), a2a_recv = test::upload(std::vector<float>(4, -1.0f));
+  comm->all_to_all_v(a2a_send.data(), send_counts, a2a_recv.data(), recv_counts, DType::kF32);
+  comm->barrier();
+  std::vector<float> reduced = seq(4, 3.0f), all = seq(4, 3.0f), bc = seq(4, 2.0f);
+  all.insert(all.end(), reduced.begin(), reduced.end());  // both ranks hold the sum by then
+  std::vector<float> sc(4);
+  for (int i = 0; i < 4; ++i) sc[i] = 3.0f * static_cast<float>(4 * r + i + 1);
+  EXPECT_EQ(test::download<float>(buf.data(), 4), reduced) << "all_reduce_sum, rank " << r;
+  EXPECT_EQ(test::download<float>(gathered.data(), 8), all) << "all_gather, rank " << r;
+  EXPECT_EQ(test::download<float>(scattered.data(), 4), sc) << "reduce_scatter_sum, rank " << r;
+  EXPECT_EQ(test::download<float>(bcast.data(), 4), bc) << "broadcast from rank 1, rank " << r;
+  const std::vector<float> want_a2a = r == 0 ? std::vector<float>{0, 10, 11, 12} : std::vector<float>{1, 2, 13};
+  EXPECT_EQ(test::download<float>(a2a_recv.data(), want_a2a.size()), want_a2a) << "all_to_all_v, rank " << r;
+  auto alone = comm->split(r, 0);
+  EXPECT_EQ(alone->size(), 1);
+}
+
 TEST(NcclComm, TwoRanksOnTwoGpus) {
   KIMIRT_REQUIRE_TWO_GPUS();
   const NcclId id = nccl_new_id();
   test::on_two_ranks([&](int r) {
     KIMIRT_CUDA_CHECK(cudaSetDevice(r));
-    auto comm = NcclComm::create(id, 2, r, r);
-    EXPECT_EQ(comm->device(), r);
-    const auto seq = [&](int n, float base) {
-      std::vector<float> v(n);
-      for (int i = 0; i < n; ++i) v[i] = base * static_cast<float>(i + 1);
-      return v;
-    };
-    auto buf = test::upload(seq(4, r + 1.0f));
-    comm->all_reduce_sum(buf.data(), 4, DType::kF32);
-    auto gathered = test::upload(std::vector<float>(8, -1.0f));
-    comm->all_gather(buf.data(), gathered.data(), 4, DType::kF32);
-    auto send8 = test::upload(seq(8, r + 1.0f)), scattered = test::upload(std::vector<float>(4, -1.0f));
-    comm->reduce_scatter_sum(send8.data(), scattered.data(), 4, DType::kF32);
-    auto bcast = test::upload(seq(4, r + 1.0f));
-    comm->broadcast(bcast.data(), 4, DType::kF32, 1);
-    // Rank 0 sends 1 value to itself and 2 to rank 1; rank 1 sends 3 to rank 0 and 1 to itself.
-    const std::vector<size_t> send_counts = r == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{3, 1};
-    const std::vector<size_t> recv_counts = r == 0 ? std::vector<size_t>{1, 3} : std::vector<size_t>{2, 1};
-    std::vector<float> a2a(4);
-    for (int k = 0; k < 4; ++k) a2a[k] = 10.0f * r + k;
-    auto a2a_send = test::upload(a2a), a2a_recv = test::upload(std::vector<float>(4, -1.0f));
-    comm->all_to_all_v(a2a_send.data(), send_counts, a2a_recv.data(), recv_counts, DType::kF32);
-    comm->barrier();
-    std::vector<float> reduced = seq(4, 3.0f), all = seq(4, 3.0f), bc = seq(4, 2.0f);
-    all.insert(all.end(), reduced.begin(), reduced.end());  // both ranks hold the sum by then
-    std::vector<float> sc(4);
-    for (int i = 0; i < 4; ++i) sc[i] = 3.0f * static_cast<float>(4 * r + i + 1);
-    EXPECT_EQ(test::download<float>(buf.data(), 4), reduced) << "all_reduce_sum, rank " << r;
-    EXPECT_EQ(test::download<float>(gathered.data(), 8), all) << "all_gather, rank " << r;
-    EXPECT_EQ(test::download<float>(scattered.data(), 4), sc) << "reduce_scatter_sum, rank " << r;
-    EXPECT_EQ(test::download<float>(bcast.data(), 4), bc) << "broadcast from rank 1, rank " << r;
-    const std::vector<float> want_a2a = r == 0 ? std::vector<float>{0, 10, 11, 12} : std::vector<float>{1, 2, 13};
-    EXPECT_EQ(test::download<float>(a2a_recv.data(), want_a2a.size()), want_a2a) << "all_to_all_v, rank " << r;
-    auto alone = comm->split(r, 0);
-    EXPECT_EQ(alone->size(), 1);
+    check_two_rank_collectives(NcclComm::create(id, 2, r, r).get(), r);
   });
+}
+
+// The in-process group's communicators, made by one call; then used from a thread per rank, as run_ranks does.
+TEST(NcclComm, CreateAllOnTwoGpus) {
+  KIMIRT_REQUIRE_TWO_GPUS();
+  KIMIRT_CUDA_CHECK(cudaSetDevice(1));
+  const int devices[] = {0, 1};
+  auto comms = NcclComm::create_all(devices);
+  ASSERT_EQ(comms.size(), 2u);
+  EXPECT_EQ(current_device(), 1) << "the caller's device is left current";
+  test::on_two_ranks([&](int r) {
+    KIMIRT_CUDA_CHECK(cudaSetDevice(r));
+    check_two_rank_collectives(comms[static_cast<size_t>(r)].get(), r);
+  });
+  KIMIRT_CUDA_CHECK(cudaSetDevice(0));
+}
+
+// Devices the group cannot use are refused before NCCL is called, naming the rank and the device.
+TEST(NcclComm, CreateAllRefusesDevicesItCannotUse) {
+  KIMIRT_REQUIRE_GPU();
+  const int n = device_count();
+  const auto message = [](std::span<const int> devices) {
+    try {
+      NcclComm::create_all(devices);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(message({}).find("at least one device"), std::string::npos) << message({});
+  const int missing[] = {0, n};
+  EXPECT_NE(message(missing).find(fmt::format("rank 1's device {} is not one of", n)), std::string::npos)
+      << message(missing);
+  const int negative[] = {-1};
+  EXPECT_NE(message(negative).find("rank 0's device -1"), std::string::npos) << message(negative);
+  const int twice[] = {0, 0};
+  EXPECT_NE(message(twice).find("ranks 0 and 1 are both on device 0"), std::string::npos) << message(twice);
+}
+
+// A set-up that fails on one device (here: no memory left on GPU 1) fails the whole call and returns. With a
+// thread per rank calling ncclCommInitRank, rank 1 got its error and rank 0 was still waiting for it 60 s later
+// (docs/PERF.md, 2026-11-30, machine DL).
+TEST(NcclComm, CreateAllFailingOnOneDeviceReturns) {
+  KIMIRT_REQUIRE_TWO_GPUS();
+  void* hog = nullptr;
+  {
+    const DeviceGuard on_one(1);
+    size_t free_bytes = 0, total = 0;
+    KIMIRT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    // All but 1 MiB, taken in one piece (what the driver keeps back may refuse the last few MiB).
+    for (size_t ask = free_bytes - (size_t{1} << 20); ask > (size_t{1} << 30); ask -= size_t{64} << 20) {
+      if (cudaMalloc(&hog, ask) == cudaSuccess) break;
+      (void)cudaGetLastError();
+      hog = nullptr;
+    }
+    ASSERT_NE(hog, nullptr) << "could not fill GPU 1";
+  }
+  auto result = std::async(std::launch::async, [] {
+    const int devices[] = {0, 1};
+    try {
+      NcclComm::create_all(devices);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  });
+  if (result.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    std::fprintf(stderr, "NcclComm.CreateAllFailingOnOneDeviceReturns: create_all still blocked after 120 s\n");
+    std::_Exit(1);  // the future's destructor would wait for the blocked call
+  }
+  const std::string error = result.get();
+  {
+    const DeviceGuard on_one(1);
+    KIMIRT_CUDA_CHECK(cudaFree(hog));
+  }
+  EXPECT_NE(error.find("setting up 2 ranks on devices 0, 1 failed"), std::string::npos) << error;
+  // Nothing was left joined or held: the group sets up once the memory is back.
+  const int devices[] = {0, 1};
+  EXPECT_EQ(NcclComm::create_all(devices).size(), 2u);
 }
 
 TEST(NcclComm, BadRankIsAnError) {

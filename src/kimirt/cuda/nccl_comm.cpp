@@ -1,6 +1,7 @@
 #include "kimirt/cuda/nccl_comm.h"
 
 #include <cuda_runtime_api.h>
+#include <fmt/ranges.h>
 #include <nccl.h>
 #include <unistd.h>
 
@@ -73,8 +74,8 @@ struct NcclComm::Impl {
   ncclComm_t comm = nullptr;
   int* scratch = nullptr;  // one int of device memory for barrier()
   explicit Impl(int device_) : device(device_) {}
-  // Here rather than in ~NcclComm, so that a create() or split() that throws after ncclCommInitRank /
-  // ncclCommSplit frees what it made.
+  // Here rather than in ~NcclComm, so that a create(), create_all() or split() that throws after NCCL made
+  // the communicator frees it.
   ~Impl() {
     const DeviceGuard on_device(device, std::nothrow);
     if (scratch) cudaFree(scratch);
@@ -124,6 +125,40 @@ std::unique_ptr<NcclComm> NcclComm::create(const NcclId& id, int world_size, int
   KIMIRT_NCCL_CHECK(ncclCommInitRank(&impl->comm, world_size, nid, rank));
   KIMIRT_CUDA_CHECK(cudaMalloc(&impl->scratch, sizeof(int)));
   return std::unique_ptr<NcclComm>(new NcclComm(std::move(impl), rank, world_size, device));
+}
+
+std::vector<std::unique_ptr<NcclComm>> NcclComm::create_all(std::span<const int> devices) {
+  const int n = static_cast<int>(devices.size());
+  KIMIRT_CHECK(n >= 1, "NCCL: a group needs at least one device");
+  const int available = device_count();
+  for (int r = 0; r < n; ++r) {
+    KIMIRT_CHECK(devices[r] >= 0 && devices[r] < available, "NCCL: rank {}'s device {} is not one of this machine's {}",
+                 r, devices[r], available);
+    for (int q = 0; q < r; ++q) {
+      // NCCL does not support one device as two ranks of a communicator (it may hang).
+      KIMIRT_CHECK(devices[q] != devices[r], "NCCL: ranks {} and {} are both on device {}", q, r, devices[r]);
+    }
+  }
+  // Everything that may throw for lack of memory is made first: once ncclCommInitAll returns, each
+  // communicator has its owner before anything else can fail.
+  std::vector<std::unique_ptr<Impl>> impls;
+  for (int r = 0; r < n; ++r) impls.push_back(std::make_unique<Impl>(devices[r]));
+  std::vector<ncclComm_t> raw(static_cast<size_t>(n), nullptr);
+  std::vector<std::unique_ptr<NcclComm>> comms;
+  comms.reserve(static_cast<size_t>(n));
+  const int caller_device = current_device();
+  const ncclResult_t init = ncclCommInitAll(raw.data(), n, devices.data());
+  set_current_device(caller_device);  // ncclCommInitAll leaves one of the group's devices current
+  KIMIRT_CHECK(init == ncclSuccess, "NCCL: setting up {} ranks on devices {} failed: {} ({})", n,
+               fmt::join(devices, ", "), ncclGetErrorString(init), ncclGetLastError(nullptr));
+  for (size_t r = 0; r < impls.size(); ++r) impls[r]->comm = raw[r];
+  for (int r = 0; r < n; ++r) {
+    auto& impl = impls[static_cast<size_t>(r)];
+    const DeviceGuard on_device(devices[r]);
+    KIMIRT_CUDA_CHECK(cudaMalloc(&impl->scratch, sizeof(int)));
+    comms.push_back(std::unique_ptr<NcclComm>(new NcclComm(std::move(impl), r, n, devices[r])));
+  }
+  return comms;
 }
 
 std::unique_ptr<NcclComm> NcclComm::from_id_file(const std::filesystem::path& id_file, int world_size, int rank,

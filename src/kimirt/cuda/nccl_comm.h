@@ -4,13 +4,16 @@
 //   - under `mpirun -np N kimirt ...` through MPI (when kimirt was built with MPI),
 //   - on one host without MPI through a file: rank 0 writes the id atomically, the others wait for it
 //     (no launcher uses this path yet);
-//   - in one process, one thread per GPU (runtime/rank_group.cpp), from an id made in that process.
+//   - in one process, one thread per GPU (runtime/rank_group.cpp): every communicator made by one call
+//     (create_all), so that no rank can fail before joining and leave the others waiting in NCCL's set-up.
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "kimirt/comm/comm.h"
 
@@ -35,6 +38,10 @@ class NcclComm final : public Comm {
   // Joins the communicator `id` as `rank` of `world_size` on CUDA device `device`. Collective: every rank
   // must call it.
   static std::unique_ptr<NcclComm> create(const NcclId& id, int world_size, int rank, int device);
+  // The communicators of a group in one process, rank r on devices[r], made by one call (ncclCommInitAll):
+  // a set-up that fails anywhere fails for all, and nothing is left joined. The devices must be distinct
+  // CUDA devices of this machine.
+  static std::vector<std::unique_ptr<NcclComm>> create_all(std::span<const int> devices);
   // Rank 0 creates the id and writes it to `id_file`; the others read it (waiting up to `timeout`). Rank 0
   // removes the file once every rank has joined; a launch that dies before that leaves its id behind, so a
   // launcher should give each launch a path of its own.

@@ -126,29 +126,15 @@ void run_ranks(const RankLaunch& launch, const std::function<void(Comm& comm)>& 
     const int devices = cuda::device_count();
     KIMIRT_CHECK(launch.world_size <= devices, "--tp {} in one process needs {} GPUs, this machine has {}",
                  launch.world_size, launch.world_size, devices);
-    // NCCL's set-up is collective: every rank joins from its own thread. The threads that fail to get a
-    // communicator cannot be aborted through it: NCCL itself times out.
-    const cuda::NcclId id = cuda::nccl_new_id();
-    std::vector<std::unique_ptr<cuda::NcclComm>> comms(static_cast<size_t>(launch.world_size));
-    std::vector<std::thread> joins;
-    std::vector<std::exception_ptr> errors(comms.size());
-    for (int r = 0; r < launch.world_size; ++r) {
-      joins.emplace_back([&, r] {
-        try {
-          comms[static_cast<size_t>(r)] = cuda::NcclComm::create(id, launch.world_size, r, r);
-        } catch (...) {
-          errors[static_cast<size_t>(r)] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : joins) t.join();
-    for (auto& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    // One call sets up every rank: threads joining one by one could leave the others waiting in NCCL's
+    // set-up, which has no time limit, when one failed before joining.
+    std::vector<int> gpus(static_cast<size_t>(launch.world_size));
+    for (int r = 0; r < launch.world_size; ++r) gpus[static_cast<size_t>(r)] = r;
+    const auto comms = cuda::NcclComm::create_all(gpus);
     std::vector<Comm*> ranks;
     for (auto& c : comms) ranks.push_back(c.get());
     // Each rank's thread makes its GPU current first: every call of fn that allocates, launches or makes a
-    // stream then goes to the rank's GPU (the threads that joined the communicators above have ended).
+    // stream then goes to the rank's GPU.
     const auto on_rank_gpu = [&fn](Comm& c) {
       cuda::set_current_device(static_cast<cuda::NcclComm&>(c).device());
       fn(c);
