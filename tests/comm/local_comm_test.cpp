@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kimirt/base/error.h"
+#include "kimirt/tensor/float_convert.h"
 
 namespace kimirt {
 namespace {
@@ -69,6 +71,50 @@ TEST(LocalComm, GatherScatterAllToAllBroadcast) {
     int64_t value = r == 2 ? 77 : 0;
     c.broadcast(&value, 1, DType::kI64, 2);
     EXPECT_EQ(value, 77);
+  });
+}
+
+// Every type NCCL sums: the 16-bit floats in fp32 (these sums are exact), the integers wrapping as theirs do.
+TEST(LocalComm, SumsEveryTypeNcclSums) {
+  run_ranks(3, [](Comm& c) {
+    const int r = c.rank();
+    for (const DType half : {DType::kBF16, DType::kF16}) {
+      const auto to16 = [&](float x) { return half == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x); };
+      std::vector<uint16_t> h = {to16(1.5f + static_cast<float>(r)), to16(-0.25f)};
+      c.all_reduce_sum(h.data(), h.size(), half);
+      EXPECT_EQ(h, (std::vector<uint16_t>{to16(7.5f), to16(-0.75f)})) << dtype_name(half);
+    }
+    uint8_t u8 = static_cast<uint8_t>(200 + r);  // 603 = 91 mod 256
+    c.all_reduce_sum(&u8, 1, DType::kU8);
+    EXPECT_EQ(u8, 91);
+    int8_t i8 = static_cast<int8_t>(-100 - r);  // -303 = -47 mod 256
+    c.all_reduce_sum(&i8, 1, DType::kI8);
+    EXPECT_EQ(i8, -47);
+    uint32_t u32 = 0x80000000u + static_cast<uint32_t>(r);  // 3·2^31 + 3 = 2^31 + 3 mod 2^32
+    c.all_reduce_sum(&u32, 1, DType::kU32);
+    EXPECT_EQ(u32, 0x80000003u);
+    uint64_t u64 = (uint64_t{1} << 63) + static_cast<uint64_t>(r);
+    c.all_reduce_sum(&u64, 1, DType::kU64);
+    EXPECT_EQ(u64, (uint64_t{1} << 63) + 3);
+    int64_t i64 = int64_t{1} << 62;  // 3·2^62 = -2^62 mod 2^64
+    c.all_reduce_sum(&i64, 1, DType::kI64);
+    EXPECT_EQ(i64, -(int64_t{1} << 62));
+  });
+}
+
+// In place, as NCCL allows: the all-gather's send is this rank's block of recv, the reduce-scatter's recv this
+// rank's block of send.
+TEST(LocalComm, GatherAndReduceScatterInPlace) {
+  run_ranks(3, [](Comm& c) {
+    const int r = c.rank();
+    std::vector<int32_t> all(6, -1);
+    all[static_cast<size_t>(2 * r)] = r;
+    all[static_cast<size_t>(2 * r + 1)] = 10 * r;
+    c.all_gather(all.data() + 2 * r, all.data(), 2, DType::kI32);
+    EXPECT_EQ(all, (std::vector<int32_t>{0, 0, 1, 10, 2, 20}));
+    std::vector<float> blocks = {10.0f * r, 10.0f * r + 1, 10.0f * r + 2};
+    c.reduce_scatter_sum(blocks.data(), blocks.data() + r, 1, DType::kF32);
+    EXPECT_EQ(blocks[static_cast<size_t>(r)], 30.0f + 3.0f * static_cast<float>(r));
   });
 }
 

@@ -23,15 +23,19 @@ class Comm {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
+  // Sums take F32, F64, BF16, F16 (summed in fp32), and I8, U8, I32, U32, I64, U64 (wrapping), on every
+  // implementation, as NCCL does.
+  //
   // In place: buf holds count elements; afterwards every rank holds the elementwise sum.
   virtual void all_reduce_sum(void* buf, size_t count, DType dtype, void* stream = nullptr) = 0;
-  // recv holds size() * count elements: rank r's send at offset r * count.
+  // recv holds size() * count elements: rank r's send at offset r * count. In place when send is this rank's
+  // block of recv.
   virtual void all_gather(const void* send, void* recv, size_t count, DType dtype, void* stream = nullptr) = 0;
-  // send holds size() * count elements; rank r receives the sum of every rank's block r.
-  virtual void reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype,
-                                  void* stream = nullptr) = 0;
+  // send holds size() * count elements; rank r receives the sum of every rank's block r. In place when recv is
+  // this rank's block of send.
+  virtual void reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype, void* stream = nullptr) = 0;
   // send_counts[r] elements go to rank r (taken in rank order from send); recv_counts[r] come from rank r
-  // (stored in rank order in recv).
+  // (stored in rank order in recv). send and recv must not overlap.
   virtual void all_to_all_v(const void* send, std::span<const size_t> send_counts, void* recv,
                             std::span<const size_t> recv_counts, DType dtype, void* stream = nullptr) = 0;
   virtual void broadcast(void* buf, size_t count, DType dtype, int root, void* stream = nullptr) = 0;

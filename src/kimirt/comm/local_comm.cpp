@@ -188,55 +188,53 @@ class LocalCommGroup {
 
 namespace {
 
-// dst[i] = Σ_r srcs[r][offset + i] in rank order.
+// dst[i] = Σ_r srcs[r][offset + i] in rank order, summed as Acc (integers wrap to T, as NCCL's do).
+template <typename T, typename Acc>
+void sum_native(const std::vector<const void*>& srcs, size_t offset, size_t count, void* dst) {
+  auto* d = static_cast<T*>(dst);
+  for (size_t i = 0; i < count; ++i) {
+    Acc acc = 0;
+    for (const void* s : srcs) acc += static_cast<const T*>(s)[offset + i];
+    d[i] = static_cast<T>(acc);
+  }
+}
+
+// The 16-bit floats accumulate in fp32 and round once, as NCCL's sums do per step at best.
+template <float (*to_f32)(uint16_t), uint16_t (*from_f32)(float)>
+void sum_16(const std::vector<const void*>& srcs, size_t offset, size_t count, void* dst) {
+  auto* d = static_cast<uint16_t*>(dst);
+  for (size_t i = 0; i < count; ++i) {
+    float acc = 0.0f;
+    for (const void* s : srcs) acc += to_f32(static_cast<const uint16_t*>(s)[offset + i]);
+    d[i] = from_f32(acc);
+  }
+}
+
+uint16_t to_bf16(float f) { return f32_to_bf16(f); }
+uint16_t to_f16(float f) { return f32_to_f16(f); }
+
 void sum_into(DType dtype, const std::vector<const void*>& srcs, size_t offset, size_t count, void* dst) {
   switch (dtype) {
-    case DType::kF32: {
-      auto* d = static_cast<float*>(dst);
-      for (size_t i = 0; i < count; ++i) {
-        float acc = 0.0f;
-        for (const void* s : srcs) acc += static_cast<const float*>(s)[offset + i];
-        d[i] = acc;
-      }
-      return;
-    }
-    case DType::kF64: {
-      auto* d = static_cast<double*>(dst);
-      for (size_t i = 0; i < count; ++i) {
-        double acc = 0.0;
-        for (const void* s : srcs) acc += static_cast<const double*>(s)[offset + i];
-        d[i] = acc;
-      }
-      return;
-    }
-    case DType::kBF16: {
-      // Accumulate in fp32 and round once, as NCCL's bf16 sum does per step at best.
-      auto* d = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < count; ++i) {
-        float acc = 0.0f;
-        for (const void* s : srcs) acc += bf16_to_f32(static_cast<const uint16_t*>(s)[offset + i]);
-        d[i] = f32_to_bf16(acc);
-      }
-      return;
-    }
-    case DType::kI32: {
-      auto* d = static_cast<int32_t*>(dst);
-      for (size_t i = 0; i < count; ++i) {
-        int64_t acc = 0;
-        for (const void* s : srcs) acc += static_cast<const int32_t*>(s)[offset + i];
-        d[i] = static_cast<int32_t>(acc);
-      }
-      return;
-    }
-    case DType::kI64: {
-      auto* d = static_cast<int64_t*>(dst);
-      for (size_t i = 0; i < count; ++i) {
-        int64_t acc = 0;
-        for (const void* s : srcs) acc += static_cast<const int64_t*>(s)[offset + i];
-        d[i] = acc;
-      }
-      return;
-    }
+    case DType::kF32:
+      return sum_native<float, float>(srcs, offset, count, dst);
+    case DType::kF64:
+      return sum_native<double, double>(srcs, offset, count, dst);
+    case DType::kBF16:
+      return sum_16<bf16_to_f32, to_bf16>(srcs, offset, count, dst);
+    case DType::kF16:
+      return sum_16<f16_to_f32, to_f16>(srcs, offset, count, dst);
+    case DType::kI8:
+      return sum_native<int8_t, int64_t>(srcs, offset, count, dst);
+    case DType::kU8:
+      return sum_native<uint8_t, uint64_t>(srcs, offset, count, dst);
+    case DType::kI32:
+      return sum_native<int32_t, int64_t>(srcs, offset, count, dst);
+    case DType::kU32:
+      return sum_native<uint32_t, uint64_t>(srcs, offset, count, dst);
+    case DType::kI64:
+      return sum_native<int64_t, uint64_t>(srcs, offset, count, dst);  // wraps without overflowing
+    case DType::kU64:
+      return sum_native<uint64_t, uint64_t>(srcs, offset, count, dst);
     default:
       fail("comm: sum of {} is not supported", dtype_name(dtype));
   }

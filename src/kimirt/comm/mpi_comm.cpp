@@ -1,6 +1,8 @@
 #include "kimirt/comm/mpi_comm.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -9,6 +11,7 @@
 #endif
 
 #include "kimirt/base/error.h"
+#include "kimirt/tensor/float_convert.h"
 
 namespace kimirt {
 
@@ -51,9 +54,44 @@ MPI_Datatype mpi_type(DType dtype) {
       return MPI_UINT32_T;
     case DType::kU64:
       return MPI_UINT64_T;
+    case DType::kBF16:
+    case DType::kF16:
+      return MPI_UINT16_T;  // MPI has no 16-bit floats: moved as 16-bit words, summed by sum_op's own operation
     default:
       fail("MPI: no data type for {}", dtype_name(dtype));
   }
+}
+
+// inout[i] ← in[i] + inout[i] for 16-bit floats, in fp32, rounded once per step (as NCCL's sums are).
+template <float (*to_f32)(uint16_t), uint16_t (*from_f32)(float)>
+void sum_16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = from_f32(to_f32(a[i]) + to_f32(b[i]));
+}
+uint16_t to_bf16(float f) { return f32_to_bf16(f); }
+uint16_t to_f16(float f) { return f32_to_f16(f); }
+
+MPI_Op sum_op(DType dtype) {
+  // Made once, after MPI_Init (every MpiComm comes from world()); MPI frees them at finalize.
+  static const MPI_Op bf16_sum = [] {
+    MPI_Op op;
+    MPI_Op_create(&sum_16<bf16_to_f32, to_bf16>, 1, &op);
+    return op;
+  }();
+  static const MPI_Op f16_sum = [] {
+    MPI_Op op;
+    MPI_Op_create(&sum_16<f16_to_f32, to_f16>, 1, &op);
+    return op;
+  }();
+  if (dtype == DType::kBF16) return bf16_sum;
+  if (dtype == DType::kF16) return f16_sum;
+  return MPI_SUM;
+}
+
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes && b_bytes && x < y + b_bytes && y < x + a_bytes;
 }
 
 int as_int(size_t count, const char* what) {
@@ -105,18 +143,38 @@ std::unique_ptr<MpiComm> MpiComm::world() {
 
 void MpiComm::all_reduce_sum(void* buf, size_t count, DType dtype, void*) {
   ++num_all_reduces_;
-  check(MPI_Allreduce(MPI_IN_PLACE, buf, as_int(count, "all_reduce"), mpi_type(dtype), MPI_SUM, impl_->comm),
+  check(MPI_Allreduce(MPI_IN_PLACE, buf, as_int(count, "all_reduce"), mpi_type(dtype), sum_op(dtype), impl_->comm),
         "MPI_Allreduce");
 }
 
+// MPI forbids a send buffer that overlaps the receive buffer unless it is named MPI_IN_PLACE: the in-place
+// all-gather (send = this rank's block of recv, as NCCL allows) is passed so, and any other overlap is sent
+// from a copy.
 void MpiComm::all_gather(const void* send, void* recv, size_t count, DType dtype, void*) {
   const MPI_Datatype t = mpi_type(dtype);
   const int n = as_int(count, "all_gather");
+  const size_t bytes = comm_bytes(count, dtype);
+  if (send == static_cast<const uint8_t*>(recv) + static_cast<size_t>(rank_) * bytes) send = MPI_IN_PLACE;
+  std::vector<uint8_t> copy;
+  if (send != MPI_IN_PLACE && overlap(send, bytes, recv, bytes * static_cast<size_t>(size_))) {
+    copy.assign(static_cast<const uint8_t*>(send), static_cast<const uint8_t*>(send) + bytes);
+    send = copy.data();
+  }
   check(MPI_Allgather(send, n, t, recv, n, t, impl_->comm), "MPI_Allgather");
 }
 
+// In place (recv = this rank's block of send, as NCCL allows) or otherwise overlapping: sent from a copy.
+// MPI's own in-place form would write the result at the start of the buffer, over another rank's block.
 void MpiComm::reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype, void*) {
-  check(MPI_Reduce_scatter_block(send, recv, as_int(count, "reduce_scatter"), mpi_type(dtype), MPI_SUM, impl_->comm),
+  const size_t bytes = comm_bytes(count, dtype);
+  std::vector<uint8_t> copy;
+  if (overlap(send, bytes * static_cast<size_t>(size_), recv, bytes)) {
+    copy.assign(static_cast<const uint8_t*>(send),
+                static_cast<const uint8_t*>(send) + bytes * static_cast<size_t>(size_));
+    send = copy.data();
+  }
+  check(MPI_Reduce_scatter_block(send, recv, as_int(count, "reduce_scatter"), mpi_type(dtype), sum_op(dtype),
+                                 impl_->comm),
         "MPI_Reduce_scatter_block");
 }
 
