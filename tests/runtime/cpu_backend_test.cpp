@@ -1,11 +1,12 @@
 // The CPU backend refuses what it cannot run, with errors that name the parameter, the field or the
 // sequence, and a refused step leaves the caches as they were.
-#include "common/error_of.h"
 #include "kimirt/runtime/cpu_backend.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/error_of.h"
+#include "kimirt/base/memory_info.h"
 #include "runtime/test_util.h"
 
 namespace kimirt::runtime {
@@ -51,6 +52,23 @@ TEST(CpuBackend, AWrongShapeIsNamed) {
   const auto msg = error_of([&] { CpuBackend(m.config(), store, comm, {}, testing::small_cache()); });
   EXPECT_THAT(msg, HasSubstr("model.layers.3.self_attn.kv_b_proj.weight"));
   EXPECT_THAT(msg, HasSubstr("[127, 32]"));
+}
+
+// A cache the machine cannot hold is refused before anything is allocated, with its size: under Linux's
+// overcommit the allocation could succeed and the kernel end the process while the zeros are written.
+TEST(CpuBackend, ACacheBeyondTheAvailableMemoryIsRefusedBeforeAllocating) {
+  const auto available = available_memory_bytes();
+  if (!available) GTEST_SKIP() << "this system does not say how much memory is available";
+  const RandomModel m(testing::k3_tiny_config(), 1);
+  const CacheConfig cache{1, 64, 1 << 30};  // 2^36 positions: terabytes for any MLA layer
+  SingleComm comm;
+  try {
+    CpuBackend(m.config(), m.store(), comm, {}, cache);
+    ADD_FAILURE() << "a cache of 2^36 positions was made";
+  } catch (const OutOfMemory& e) {
+    EXPECT_THAT(e.what(), HasSubstr("a cache of 68719476736 positions (1 sequences) needs"));
+    EXPECT_THAT(e.what(), HasSubstr("GiB of memory available"));
+  }
 }
 
 TEST(CpuBackend, TheCommunicatorMustMatchTheMapping) {

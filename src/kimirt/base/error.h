@@ -16,6 +16,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// Memory the machine cannot give, found before allocating it (the message says how much was needed and how
+// much there is). A caller that knows which flag or setting asked for the memory may catch it to name that.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));

@@ -33,6 +33,8 @@ std::unique_ptr<runtime::Backend> make_backend_for(const runtime::CacheConfig& c
                                                    const std::function<std::unique_ptr<runtime::Backend>()>& make) {
   try {
     return make();
+  } catch (const OutOfMemory& e) {  // found before allocating, with the sizes
+    fail("{}: {}", flag, e.what());
   } catch (const std::bad_alloc&) {
   } catch (const std::length_error&) {  // a vector asked for more than it can hold
   }

@@ -1,7 +1,8 @@
 // The cache of the one sequence `run` and `chat` hold, sized from a flag (-n with the prompt, --context) and
 // checked before anything is allocated: a position count the model does not have, or one whose block count
-// overflows, is an Error naming the flag, and so is a backend whose cache (with the weights) does not fit in
-// memory, instead of a bare std::bad_alloc after tens of gigabytes were zero-filled.
+// overflows, is an Error naming the flag, and so is a backend whose cache needs more than the machine's
+// available memory (checked before allocating: under Linux's overcommit the allocation could succeed and the
+// kernel end the process while the cache is zero-filled) or whose allocation fails (std::bad_alloc).
 #pragma once
 
 #include <cstdint>

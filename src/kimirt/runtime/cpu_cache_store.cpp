@@ -3,12 +3,20 @@
 #include <algorithm>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/memory_info.h"
 
 namespace kimirt::runtime {
 
 CpuCacheStore::CpuCacheStore(const model::ModelConfig& config, const cpu::KdaDims& kda, const cpu::MlaDims& mla,
                              const CacheConfig& cache)
     : cache_(cache), kda_dims_(kda), latent_width_(mla.latent_width()) {
+  const uint64_t need = bytes_for(config, kda, mla, cache);
+  if (const auto available = available_memory_bytes(); available && need > *available) {
+    throw OutOfMemory(fmt::format(
+        "a cache of {} positions ({} sequences) needs {:.2f} GiB, more than the {:.2f} GiB of memory available",
+        cache.max_tokens_per_sequence(), cache.max_sequences, static_cast<double>(need) / (1 << 30),
+        static_cast<double>(*available) / (1 << 30)));
+  }
   const auto slots = static_cast<size_t>(cache.max_sequences);
   const auto rows = static_cast<size_t>(cache.num_blocks) * static_cast<size_t>(cache.block_size);
   for (int64_t l = 0; l < config.num_layers; ++l) {
@@ -56,6 +64,19 @@ void CpuCacheStore::write_latent(int layer, std::span<const int32_t> blocks, int
   for (int64_t i = 0; i < n; ++i) {
     std::copy(rows + i * latent_width_, rows + (i + 1) * latent_width_, store.data() + offset(blocks, first + i));
   }
+}
+
+uint64_t CpuCacheStore::bytes_for(const model::ModelConfig& config, const cpu::KdaDims& kda, const cpu::MlaDims& mla,
+                                  const CacheConfig& cache) {
+  const auto slots = static_cast<uint64_t>(cache.max_sequences);
+  const auto rows = static_cast<uint64_t>(cache.num_blocks) * static_cast<uint64_t>(cache.block_size);
+  const auto kda_state =
+      static_cast<uint64_t>(3 * kda.channels() * (kda.conv_width - 1) + kda.num_heads * kda.head_dim * kda.head_dim);
+  uint64_t floats = 0;
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    floats += config.is_kda_layer(l) ? slots * kda_state : rows * static_cast<uint64_t>(mla.latent_width());
+  }
+  return floats * sizeof(float);
 }
 
 uint64_t CpuCacheStore::bytes() const {

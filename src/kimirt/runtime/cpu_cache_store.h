@@ -17,9 +17,13 @@ namespace kimirt::runtime {
 
 class CpuCacheStore {
  public:
-  // kda and mla are this rank's op dimensions (local heads).
+  // kda and mla are this rank's op dimensions (local heads). Throws OutOfMemory, before allocating, when the
+  // store needs more than the machine's available memory.
   CpuCacheStore(const model::ModelConfig& config, const cpu::KdaDims& kda, const cpu::MlaDims& mla,
                 const CacheConfig& cache);
+  // The bytes such a store holds.
+  static uint64_t bytes_for(const model::ModelConfig& config, const cpu::KdaDims& kda, const cpu::MlaDims& mla,
+                            const CacheConfig& cache);
 
   cpu::KdaState& kda_state(int layer, int slot);
   // Zeroes a slot's state in one layer: a sequence starting at position 0.
