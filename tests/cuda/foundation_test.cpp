@@ -207,5 +207,22 @@ TEST(Device, QueryAndStreamsWork) {
   for (float x : v) ASSERT_TRUE(x >= -1.0f && x < 1.0f) << x;
 }
 
+// An event not reached yet is no error: the launch check after done() must not find one. (CUDA 13 with the
+// 580 driver keeps no error for cudaEventQuery's "not ready", as some older runtimes did: measured, so done()
+// does not clear the thread's error, which could hide a real one.)
+TEST(Device, AnEventNotYetReachedLeavesNoError) {
+  KIMIRT_REQUIRE_GPU();
+  Stream s;
+  Event later;
+  test::hold_stream(s, 200000);
+  later.record(s);
+  EXPECT_FALSE(later.done());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  DeviceBuffer buf(1024);
+  EXPECT_NO_THROW(fill_uniform(buf.as<float>(), 256, -1.0f, 1.0f, 7, s));
+  later.synchronize();
+  EXPECT_TRUE(later.done());
+}
+
 }  // namespace
 }  // namespace kimirt::cuda

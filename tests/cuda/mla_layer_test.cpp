@@ -257,14 +257,20 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
   // very rows, so a write now would not change a byte.)
   cache.dev = upload(test::to_bf16(cache.host));
   const auto cache_before = download<uint16_t>(cache.dev.data(), cache.host.size());
-  MlaCacheView no_table = cache.view(), misaligned = cache.view();
+  MlaCacheView no_table = cache.view(), misaligned = cache.view(), short_rows = cache.view();
   no_table.block_table = nullptr;
   misaligned.cache += 1;
-  for (const MlaCacheView& bad : {no_table, misaligned}) {
-    EXPECT_THROW(mla_prefill_step(linear, arena, nullptr, s.gdims(), s.gweights(), bad, dx.as<__nv_bfloat16>(), tokens,
-                                  batch, dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 30, 180, ds.as<int32_t>(),
-                                  out.as<__nv_bfloat16>()),
-                 kimirt::Error);
+  short_rows.ld_block_table = 2;  // 128 rows: max_k 180 would look up the next sequence's pages
+  for (const auto& [bad, needle] : {std::pair{no_table, "block table null"}, std::pair{misaligned, "not 16-byte"},
+                                    std::pair{short_rows, "max_k 180 needs 3 pages of 64 rows"}}) {
+    try {
+      mla_prefill_step(linear, arena, nullptr, s.gdims(), s.gweights(), bad, dx.as<__nv_bfloat16>(), tokens, batch,
+                       dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 30, 180, ds.as<int32_t>(),
+                       out.as<__nv_bfloat16>());
+      ADD_FAILURE() << needle << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
   }
   EXPECT_EQ(download<uint16_t>(cache.dev.data(), cache.host.size()), cache_before) << "the cache was written";
 }
@@ -465,15 +471,19 @@ TEST(MlaLayer, DecodeStepRefusesBeforeQueuing) {
   DeviceBuffer ds = upload(slots), dl = upload(lens);
   DeviceArena arena(0, 64 << 20);
   TwoStreams t;
-  MlaCacheView misaligned = cache.view();
-  misaligned.cache += 1;  // 2 bytes off
+  MlaCacheView misaligned = cache.view(), short_rows = cache.view(), wide_rows = cache.view();
+  misaligned.cache += 1;               // 2 bytes off
+  short_rows.ld_block_table = 1;       // 64 rows: sequence 0's row 100 would be looked up past its row
+  wide_rows.ld_block_table = 1 << 30;  // so that INT32_MAX rows pass the table check and meet the plan's
   struct Bad {
     MlaCacheView view;
     int max_seq_len;
     const char* needle;
   };
   for (const bool two_streams : {false, true}) {
-    for (const Bad& b : {Bad{misaligned, 101, "cache not 16-byte aligned"}, Bad{cache.view(), INT32_MAX, "too long"}}) {
+    for (const Bad& b :
+         {Bad{misaligned, 101, "cache not 16-byte aligned"}, Bad{wide_rows, INT32_MAX, "too long"},
+          Bad{short_rows, 101, "max_seq_len 101 needs 2 pages of 64 rows, more than a block table row"}}) {
       SCOPED_TRACE(testing::Message() << b.needle << (two_streams ? ", two streams" : ", one stream"));
       const MlaSideStream side = t.side();
       KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal));

@@ -50,9 +50,9 @@ struct Plan {
   }
 };
 
-cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
-                                   int64_t stride) {
-  cublasLtMatrixLayout_t layout = nullptr;
+// Into `layout` (a member of the Plan, which destroys it): an attribute refused after the create leaks nothing.
+void make_layout(cublasLtMatrixLayout_t& layout, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
+                 int64_t batch, int64_t stride) {
   KIMIRT_CUBLAS_CHECK(
       cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
@@ -62,7 +62,6 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t co
     KIMIRT_CUBLAS_CHECK(
         cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
   }
-  return layout;
 }
 
 // Up to `max_candidates` algorithms from the heuristic, best guess first. Throws naming the call when it
@@ -296,10 +295,13 @@ void GemmLt::run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t s
     KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     KIMIRT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     // Column-major view of the row-major problem: yᵀ[n, m] = op(W)[n, k] · xᵀ[k, m].
-    plan->a = transpose_w ? make_layout(CUDA_R_16BF, k, n, ldw, batch, stride_w)
-                          : make_layout(CUDA_R_16BF, n, k, ldw, batch, stride_w);
-    plan->b = make_layout(CUDA_R_16BF, k, m, ldx, batch, stride_x);
-    plan->d = make_layout(d_type, n, m, ldy, batch, stride_y);
+    if (transpose_w) {
+      make_layout(plan->a, CUDA_R_16BF, k, n, ldw, batch, stride_w);
+    } else {
+      make_layout(plan->a, CUDA_R_16BF, n, k, ldw, batch, stride_w);
+    }
+    make_layout(plan->b, CUDA_R_16BF, k, m, ldx, batch, stride_x);
+    make_layout(plan->d, d_type, n, m, ldy, batch, stride_y);
     plan->what = describe_bf16(c);
     const auto candidates =
         heuristic(handle_, *plan, workspace_bytes_, align, options_.autotune ? options_.max_candidates : 1, plan->what);
@@ -383,9 +385,9 @@ void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_s
         cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
     KIMIRT_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
-    plan->a = make_layout(CUDA_R_8F_E4M3, k, n, k, 1, 0);
-    plan->b = make_layout(CUDA_R_8F_E4M3, k, m_pad, k, 1, 0);
-    plan->d = make_layout(CUDA_R_16BF, n, m_pad, ldd, 1, 0);
+    make_layout(plan->a, CUDA_R_8F_E4M3, k, n, k, 1, 0);
+    make_layout(plan->b, CUDA_R_8F_E4M3, k, m_pad, k, 1, 0);
+    make_layout(plan->d, CUDA_R_16BF, n, m_pad, ldd, 1, 0);
     plan->what = what;
     const auto candidates =
         heuristic(handle_, *plan, workspace_bytes_, align, options_.autotune ? options_.max_candidates : 1, what);

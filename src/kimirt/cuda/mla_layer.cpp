@@ -70,7 +70,11 @@ void o_proj(Linear& linear, cudaStream_t stream, const MlaLayerDims& d, const Ml
 // The cache view and batch that the append, gather and attention kernels would refuse, refused before a step
 // queues anything (the kernels check again; a step refused here leaves the cache as it was). `step` starts the
 // message; the decode kernels copy whole 32-row tiles, so decode wants pages of a multiple of 32 rows.
-void check_cache_view(const char* step, const MlaCacheView& cache, int64_t batch, bool pages_of_32) {
+// max_len: the host bound on a sequence's cached rows (max_name says which argument it is). The kernels look
+// up row p's page at block_table[b · ld_block_table + p / page_size] without a bound: a row past the table's
+// row would take the next sequence's pages, so such a bound is refused here.
+void check_cache_view(const char* step, const MlaCacheView& cache, int64_t batch, bool pages_of_32, int64_t max_len,
+                      const char* max_name) {
   const bool cache_ok = cache.cache && reinterpret_cast<uintptr_t>(cache.cache) % 16 == 0;
   const bool page_ok = cache.page_size > 0 && (!pages_of_32 || cache.page_size % 32 == 0);
   KIMIRT_CHECK(batch <= 65535 && cache_ok && cache.block_table && cache.ld_block_table > 0 && page_ok &&
@@ -83,6 +87,10 @@ void check_cache_view(const char* step, const MlaCacheView& cache, int64_t batch
                             : "not 16-byte aligned",
                cache.block_table ? "set" : "null", cache.ld_block_table, cache.page_size,
                pages_of_32 ? "a positive multiple of 32" : "positive", cache.num_pages);
+  const int64_t pages = (max_len + cache.page_size - 1) / cache.page_size;
+  KIMIRT_CHECK(pages <= cache.ld_block_table,
+               "{}: {} {} needs {} pages of {} rows, more than a block table row holds ({}, its row stride)", step,
+               max_name, max_len, pages, cache.page_size, cache.ld_block_table);
 }
 
 }  // namespace
@@ -114,7 +122,7 @@ void mla_decode_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, co
   if (batch == 0) return;
   // The cache view, batch and pointers that the attention would refuse, refused before anything is queued on
   // either stream (the attention checks them again; its shape checks cannot fail on what this step builds).
-  check_cache_view("MLA decode", cache, batch, true);
+  check_cache_view("MLA decode", cache, batch, true, max_seq_len, "max_seq_len");
   KIMIRT_CHECK(slots && seq_lens, "MLA decode: slots {}, lengths {}", slots ? "set" : "null",
                seq_lens ? "set" : "null");
   const StepScope scratch(arena);
@@ -245,7 +253,7 @@ void mla_prefill_step(Linear& linear, DeviceArena& arena, cudaStream_t stream, c
                tokens, total_k, batch, max_q, max_k);
   // What the append, the gather and the attention would refuse, refused before the projections are queued and
   // the chunk's rows written to the cache (a refused step leaves the cache as it was).
-  check_cache_view("MLA prefill", cache, batch, false);
+  check_cache_view("MLA prefill", cache, batch, false, max_k, "max_k");
   KIMIRT_CHECK(cu_q && cu_k && slots, "MLA prefill: cu_q {}, cu_k {}, slots {}", cu_q ? "set" : "null",
                cu_k ? "set" : "null", slots ? "set" : "null");
   // Given back however the step ends: a refused pass (or a failed allocation) leaves no scratch taken.

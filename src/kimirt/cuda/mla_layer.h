@@ -41,6 +41,8 @@ struct MlaCacheView {
   __nv_bfloat16* cache = nullptr;  // [pages, page_size, 576]
   int page_size = 64;
   const int32_t* block_table = nullptr;  // device [batch, ld_block_table]
+  // A row holds a sequence's pages: the steps refuse a length bound (max_seq_len, max_k) past
+  // ld_block_table · page_size rows.
   int64_t ld_block_table = 0;
   // Pages in `cache` (0: unknown). Known, it bounds the attention's tensor copies: a block-table entry past
   // it reads zeros instead of whatever memory follows the cache.

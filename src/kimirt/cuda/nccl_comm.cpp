@@ -148,10 +148,12 @@ std::vector<std::unique_ptr<NcclComm>> NcclComm::create_all(std::span<const int>
   comms.reserve(static_cast<size_t>(n));
   const int caller_device = current_device();
   const ncclResult_t init = ncclCommInitAll(raw.data(), n, devices.data());
+  if (init == ncclSuccess) {
+    for (size_t r = 0; r < impls.size(); ++r) impls[r]->comm = raw[r];
+  }
   set_current_device(caller_device);  // ncclCommInitAll leaves one of the group's devices current
   KIMIRT_CHECK(init == ncclSuccess, "NCCL: setting up {} ranks on devices {} failed: {} ({})", n,
                fmt::join(devices, ", "), ncclGetErrorString(init), ncclGetLastError(nullptr));
-  for (size_t r = 0; r < impls.size(); ++r) impls[r]->comm = raw[r];
   for (int r = 0; r < n; ++r) {
     auto& impl = impls[static_cast<size_t>(r)];
     const DeviceGuard on_device(devices[r]);
