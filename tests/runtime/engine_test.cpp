@@ -251,6 +251,31 @@ TEST_F(EngineTest, CancellingFreesTheCacheOfRunningAndWaitingRequests) {
   for (int64_t i : id) EXPECT_EQ(col.at(i).finished_events, 1);
 }
 
+// A request cancelled halfway through its chunked prefill gives back its slot and blocks, and the request
+// that takes the slot next (the only one) starts from clean KDA states: it gets the tokens it gets alone.
+TEST_F(EngineTest, CancellingDuringAChunkedPrefillLeavesNoStateBehind) {
+  testing::TestBackend t(model_, CacheConfig{1, 16, 64});  // one slot, blocks of 16
+  EngineConfig config;
+  config.scheduler.prefill_chunk = 8;
+  Collector col;
+  Engine engine(t.backend, config, col.callback());
+  const int64_t cut = engine.submit(greedy(ids(40, 71), 5));
+  engine.step();
+  engine.step();  // 16 of its 40 prompt tokens are in the caches
+  EXPECT_EQ(engine.cache().free_slots(), 0);
+  engine.cancel(cut);
+  engine.step();
+  EXPECT_EQ(col.at(cut).reason, FinishReason::kCancelled);
+  EXPECT_TRUE(col.at(cut).tokens.empty());
+  EXPECT_EQ(engine.cache().free_slots(), 1);
+  EXPECT_EQ(engine.cache().free_blocks(), engine.cache().config().num_blocks);
+  const auto next = greedy(ids(20, 72), 6);
+  const int64_t id = engine.submit(next);
+  engine.run_until_idle();
+  EXPECT_EQ(col.at(id).reason, FinishReason::kLength);
+  EXPECT_EQ(col.at(id).tokens, alone(next, config));
+}
+
 TEST_F(EngineTest, RequestsWaitForRoomAndTooLargeOnesAreRefused) {
   SingleComm comm;
   CpuBackend backend(model_.config(), model_.store(), comm, {}, CacheConfig{4, 16, 8});  // 128 positions
