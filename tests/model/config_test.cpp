@@ -650,7 +650,7 @@ const BadConfig kBadConfigs[] = {
        TC(j)["num_experts"] = int64_t{1} << 20;
      },
      "text_config.num_experts x text_config.num_hidden_layers (1048576 x 6) routed experts in all is over the "
-     "sanity bound 1048576"},
+     "sanity bound 131072"},
     {"HugeHidden", "kl-tiny", [](json& j) { j["hidden_size"] = int64_t{1} << 40; },
      "config.json: hidden_size is 1099511627776, over the sanity bound 16777216"},
     {"HugeKdaWidth", "kl-tiny",

@@ -531,9 +531,10 @@ TEST_F(LoaderFault, MissingHalfOfAnFp8GateUpPairIsNamed) {
   }
 }
 
-// A block scale that decodes to NaN would make its whole group or block of weights NaN, silently: refused,
-// naming the tensor, the scale's place and its code; nothing reaches the ParamStore. MXFP4 (E8M0 0xFF, checked
-// piece by piece as the bytes pass) and FP8 (an F32 NaN or infinity, checked on the whole tensor).
+// A block scale that decodes to NaN would make its whole group or block of weights NaN, silently (a negative
+// one flip its signs): refused, naming the tensor, the scale's place and its code; nothing reaches the ParamStore.
+// MXFP4 (E8M0 0xFF, checked piece by piece as the bytes pass) and FP8 (an F32 NaN or infinity, checked on the whole
+// tensor).
 TEST_F(LoaderFault, NanBlockScalesAreRefusedAndNamed) {
   std::string mx;
   for (const auto& [key, t] : good_.tensors) {
@@ -557,6 +558,15 @@ TEST_F(LoaderFault, NanBlockScalesAreRefusedAndNamed) {
     cases.emplace_back(f, fmt::format("{}.weight_scale_inv: block scale 0 (row 0, column 0) decodes to NaN or "
                                       "infinity (F32 {})",
                                       fp8_base, bad));
+  }
+  {
+    // A negative scale: no quantizer writes one, and it would flip its block's signs silently.
+    auto f = fp8;
+    const float bad = -0.5f;
+    std::memcpy(f.tensors.at(fp8_base + ".weight_scale_inv").bytes.data(), &bad, sizeof bad);
+    cases.emplace_back(f, fmt::format("{}.weight_scale_inv: block scale 0 (row 0, column 0) decodes to a negative "
+                                      "number (F32 -0.5)",
+                                      fp8_base));
   }
   int n = 0;
   for (const auto& [bad, want] : cases) {

@@ -155,8 +155,9 @@ TEST(Dequant, RefusesMissingOrMisshapenParts) {
   Tensor nv_scale(DType::kF8E4M3, {2, 4});
   const TensorView nv[] = {packed.view(), nv_scale.view(), zero.view(), TensorView()};
   EXPECT_THROW(dequantize(WeightFormat::kNvfp4CompressedTensors, nv, Shape{2, 64}, "w"), Error);
-  // A global scale that is not a finite number would turn every weight into NaN or infinity: refused, named.
-  for (float g : {std::nanf(""), INFINITY, -INFINITY}) {
+  // A global scale that is not a finite number would turn every weight into NaN or infinity, a negative one
+  // flip every sign: refused, named.
+  for (float g : {std::nanf(""), INFINITY, -INFINITY, -0.5f}) {
     Tensor global = Tensor::from_f32(std::vector<float>{g}, Shape{});
     const TensorView parts2[] = {packed.view(), nv_scale.view(), global.view(), TensorView()};
     EXPECT_THAT(error_of([&] {

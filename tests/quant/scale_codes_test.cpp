@@ -39,34 +39,36 @@ TEST(ScaleCodes, E8m0NanIsInvalidAndZeroIsCounted) {
   EXPECT_EQ(n.e8m0_zero, 2u);
 }
 
-TEST(ScaleCodes, E4m3NanOfEitherSignIsInvalid) {
-  // E4M3 (fn) has no infinity; 0x7E (448) and 0xFE (-448) are its largest numbers.
-  const std::vector<uint8_t> codes = {0x38, 0x7E, 0xFE, 0x00, 0xFF, 0x7F};
+TEST(ScaleCodes, E4m3NanOfEitherSignAndNegativesAreInvalid) {
+  // E4M3 (fn) has no infinity; 0x7E (448) is its largest number. 0x80 (-0) scales a block of zeros as 0x00 does.
+  const std::vector<uint8_t> codes = {0x38, 0x7E, 0x80, 0x00, 0xB8, 0xFF, 0x7F, 0xFE};
   const ScaleCodeCount n = count_scale_codes(ScaleCode::kE4M3, DType::kF8E4M3, codes.data(), codes.size());
-  EXPECT_EQ(n.invalid, 2u);
+  EXPECT_EQ(n.invalid, 4u);
   EXPECT_EQ(n.first_invalid, 4u);
   EXPECT_EQ(n.e8m0_zero, 0u);
 }
 
-TEST(ScaleCodes, FloatScalesNonFiniteAreInvalidInEveryWidth) {
+TEST(ScaleCodes, FloatScalesNonFiniteOrNegativeAreInvalidInEveryWidth) {
   // 600 values: past the 256-value chunks the float path converts in.
   std::vector<float> v(600, 0.5f);
-  v[0] = 0.0f;  // a zero scale is a block of zeros, not an error
+  v[0] = 0.0f;   // a zero scale is a block of zeros, not an error
+  v[1] = -0.0f;  // nor is -0
   v[300] = std::numeric_limits<float>::infinity();
+  v[450] = -0.25f;
   v[599] = std::nanf("");
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
     std::vector<uint8_t> bytes(v.size() * static_cast<size_t>(dtype_bits(d) / 8));
     convert_from_f32(d, v.data(), bytes.data(), static_cast<int64_t>(v.size()));
     const ScaleCodeCount n = count_scale_codes(ScaleCode::kFloat, d, bytes.data(), v.size());
-    EXPECT_EQ(n.invalid, 2u) << dtype_name(d);
+    EXPECT_EQ(n.invalid, 3u) << dtype_name(d);
     EXPECT_EQ(n.first_invalid, 300u) << dtype_name(d);
   }
   // F64 scales are read as f32 by every consumer: 1e300 becomes infinity there and is invalid, 1e30 is not.
-  const double scales[2] = {1e30, 1e300};
+  const double scales[3] = {1e30, 1e300, -1.0};
   std::vector<uint8_t> f64(sizeof scales);
   std::memcpy(f64.data(), scales, sizeof scales);
-  const ScaleCodeCount n = count_scale_codes(ScaleCode::kFloat, DType::kF64, f64.data(), 2);
-  EXPECT_EQ(n.invalid, 1u);
+  const ScaleCodeCount n = count_scale_codes(ScaleCode::kFloat, DType::kF64, f64.data(), 3);
+  EXPECT_EQ(n.invalid, 2u);
   EXPECT_EQ(n.first_invalid, 1u);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -152,7 +153,8 @@ class PlanExecutor final : public io::ReadSink {
     return fmt::format("{}: {}", read.shard->path().filename().string(), read.key);
   }
 
-  // A block scale that decodes to NaN or infinity is refused (its weights would be so, silently); E8M0 code
+  // A block scale that decodes to NaN, infinity or a negative number is refused (its weights would be NaN,
+  // infinite or sign-flipped, silently); E8M0 code
   // 0x00, which readers decode differently, is counted (LoadStats::e8m0_zero_scales). `offset`: the byte of
   // the stored tensor that w's first row starts at (one-byte codes come piece by piece, wider scales whole).
   void check_scales(const PlannedRead& read, const StagedWrite& w, uint64_t offset) {
@@ -173,9 +175,11 @@ class PlanExecutor final : public io::ReadSink {
       if (code == quant::ScaleCode::kFloat) {
         float f = 0.0f;
         convert_to_f32(dtype, value, &f, 1);
-        what = fmt::format("NaN or infinity ({} {})", dtype_name(dtype), f);
+        what =
+            fmt::format("{} ({} {})", std::isfinite(f) ? "a negative number" : "NaN or infinity", dtype_name(dtype), f);
       } else {
-        what = fmt::format("NaN ({} code {:#04x})", dtype_name(dtype), *value);
+        const bool nan = (*value & 0x7F) == 0x7F || code == quant::ScaleCode::kE8M0;
+        what = fmt::format("{} ({} code {:#04x})", nan ? "NaN" : "a negative number", dtype_name(dtype), *value);
       }
       fail("block scale {} (row {}, column {}) decodes to {}: every weight it scales would be so", at, at / cols,
            at % cols, what);

@@ -114,16 +114,18 @@ Tensor dequantize(WeightFormat format, std::span<const TensorView> parts, std::s
       break;
     }
     case WeightFormat::kNvfp4ModelOpt: {
-      // One number scales the whole tensor: a NaN or infinite one would make every weight so, silently.
+      // One number scales the whole tensor: a NaN or infinite one would make every weight so, and a negative one
+      // flip every sign, silently (zero is an all-zero weight's).
       const float global = scalar_f32(parts[2]);
-      KIMIRT_CHECK(std::isfinite(global), "{}: weight_scale_2 is {}, not a finite number", name, global);
+      KIMIRT_CHECK(std::isfinite(global) && global >= 0.0f, "{}: weight_scale_2 is {}, not a finite number >= 0", name,
+                   global);
       dequantize_nvfp4(data, parts[1].data_as<const uint8_t>(), global, GlobalScale::kMultiply, rows, cols, o);
       break;
     }
     case WeightFormat::kNvfp4CompressedTensors: {
       const float global = scalar_f32(parts[2]);
-      KIMIRT_CHECK(std::isfinite(global) && global != 0.0f,
-                   "{}: weight_global_scale is {}, not a finite non-zero number", name, global);
+      KIMIRT_CHECK(std::isfinite(global) && global > 0.0f,
+                   "{}: weight_global_scale is {}, not a finite positive number", name, global);
       dequantize_nvfp4(data, parts[1].data_as<const uint8_t>(), global, GlobalScale::kDivide, rows, cols, o);
       break;
     }

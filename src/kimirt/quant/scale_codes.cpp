@@ -31,7 +31,8 @@ ScaleCodeCount count_scale_codes(ScaleCode code, DType dtype, const uint8_t* dat
       break;
     case ScaleCode::kE4M3:
       for (uint64_t i = 0; i < count; ++i) {
-        if ((data[i] & 0x7F) == 0x7F) invalid_at(i);
+        // NaN (either sign), or negative: the sign bit on anything but zero (0x80, -0, scales a block of zeros).
+        if ((data[i] & 0x7F) == 0x7F || (data[i] & 0x80 && data[i] != 0x80)) invalid_at(i);
       }
       break;
     case ScaleCode::kFloat: {
@@ -41,7 +42,7 @@ ScaleCodeCount count_scale_codes(ScaleCode code, DType dtype, const uint8_t* dat
         for (uint64_t i = 0; i < count; ++i) {
           double d;
           std::memcpy(&d, data + 8 * i, sizeof d);
-          if (!std::isfinite(static_cast<float>(d))) invalid_at(i);
+          if (!std::isfinite(static_cast<float>(d)) || d < 0.0) invalid_at(i);
         }
         break;
       }
@@ -52,7 +53,7 @@ ScaleCodeCount count_scale_codes(ScaleCode code, DType dtype, const uint8_t* dat
         const uint64_t n = std::min<uint64_t>(256, count - i);
         convert_to_f32(dtype, data + i * width, buf, static_cast<int64_t>(n));
         for (uint64_t j = 0; j < n; ++j) {
-          if (!std::isfinite(buf[j])) invalid_at(i + j);
+          if (!std::isfinite(buf[j]) || buf[j] < 0.0f) invalid_at(i + j);
         }
       }
       break;

@@ -1,6 +1,7 @@
 // Scale values a quantized checkpoint must not hold. A block scale that decodes to NaN or infinity makes its
 // whole group or block (32 MXFP4 weights, 16 NVFP4, 128 x 128 FP8) NaN or infinite, and the model's output
-// with them, without any error: the loader refuses them, and counts E8M0's code 0x00, which readers decode
+// with them, without any error; a negative one (no quantizer writes one: a scale is a magnitude) flips the
+// block's signs, as silently. The loader refuses both, and counts E8M0's code 0x00, which readers decode
 // differently (spec checkpoints-and-loading §5.2: "a load-time anomaly worth counting").
 #pragma once
 
@@ -18,7 +19,7 @@ enum class ScaleCode : uint8_t { kNone, kE8M0, kE4M3, kFloat };
 ScaleCode block_scale_code(WeightFormat format, const Component& c, DType dtype);
 
 struct ScaleCodeCount {
-  uint64_t invalid = 0;        // NaN or infinite: E8M0 0xFF, E4M3 0x7F / 0xFF, a non-finite float
+  uint64_t invalid = 0;        // E8M0 0xFF; E4M3 0x7F / 0xFF and negative codes; a non-finite or negative float
   uint64_t first_invalid = 0;  // the index of the first, among the values counted (valid when invalid > 0)
   // E8M0 0x00: 2^-127 for some readers, zero for others (the two disagree; real K3 checkpoints have none).
   uint64_t e8m0_zero = 0;
