@@ -245,16 +245,18 @@ TEST(ChatReplyK3, AStopStringCutsTheReplyWhereItWasShown) {
   expect_message(t.parse_reply(tok, reply, false, {}, "The answer is 42. "), "The answer is 42. ", "");
   // Stopped while thinking: only the reasoning shown so far, and no response yet.
   expect_message(t.parse_reply(tok, reply, true, {}, "The answer"), "", "The answer");
-  // A cut inside the response after the think channel: the markup before the cut stays (the channel words
-  // between the special tokens are plain text, streamed too).
+  // A cut inside the response after the think channel: the markup before the cut stays (the channel tags'
+  // names are markup too: the stream, with ChatTemplate::tag_markup's hidden tags, did not show them).
   std::vector<TokenId> ids;
   auto special = [&](const char* s) { ids.push_back(tok.special_id(s)); };
   auto text = [&](const char* s) { tok.encode_append(s, false, ids); };
   text("Hmm."), special("<|close|>"), text("think"), special("<|sep|>");
   special("<|open|>"), text("response"), special("<|sep|>"), text("Yes. STOP then more");
-  const ChatMessage m = t.parse_reply(tok, ids, true, {}, "Hmm.thinkresponseYes. ");
+  const ChatMessage m = t.parse_reply(tok, ids, true, {}, "Hmm.Yes. ");
   expect_message(m, "Yes. ", "Hmm.");
   EXPECT_TRUE(m.think_channel);
+  // A cut where the answer starts (a stop string on its first word): the reasoning only.
+  expect_message(t.parse_reply(tok, ids, true, {}, "Hmm."), "", "Hmm.");
   // Shown text as long as the whole reply: nothing is cut.
   expect_message(t.parse_reply(tok, reply, false, {}, "The answer is 42. User: and now"),
                  "The answer is 42. User: and now", "");

@@ -128,5 +128,27 @@ TEST(StreamDecoder, SpecialTokensAndBadIds) {
   EXPECT_THROW(skip.push(-1), Error);
 }
 
+// K3's tags are markup: with hidden tags their names produce no text. A NAME no sep closes was text after all:
+// shown when another special token or the end of the stream comes first.
+TEST(StreamDecoder, HiddenTagNames) {
+  const Tokenizer& t = tokenizer();
+  const TagMarkup tags{t.special_id("<|open|>"), t.special_id("<|close|>"), t.special_id("<|sep|>")};
+  std::vector<TokenId> ids;
+  const auto special = [&](const char* s) { ids.push_back(t.special_id(s)); };
+  const auto text = [&](const char* s) { t.encode_append(s, false, ids); };
+  text("Hmm."), special("<|close|>"), text("think"), special("<|sep|>");
+  special("<|open|>"), text("response"), special("<|sep|>"), text("Yes, ");
+  special("<|open|>"), text("not a tag"), special("<|end_of_msg|>"), text(" and ");
+  special("<|close|>"), text("open at the end");
+  const auto stream = [&](StreamDecoder d) {
+    std::string out;
+    for (const TokenId id : ids) d.push(id, out);
+    return out + d.finish();
+  };
+  EXPECT_EQ(stream(StreamDecoder(t, true, tags)), "Hmm.Yes, not a tag and open at the end");
+  EXPECT_EQ(stream(StreamDecoder(t, true)), "Hmm.thinkresponseYes, not a tag and open at the end");
+  EXPECT_THROW(StreamDecoder(t, false, tags), Error);
+}
+
 }  // namespace
 }  // namespace kimirt::text

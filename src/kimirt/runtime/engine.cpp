@@ -86,7 +86,7 @@ int64_t Engine::submit(GenerationRequest request) {
   r->sampler = std::make_unique<Sampler>(request.sampling, request.prompt);
   r->cache_tokens = need;
   if (config_.tokenizer) {
-    r->decoder.emplace(*config_.tokenizer, /*skip_special=*/true);
+    r->decoder.emplace(*config_.tokenizer, /*skip_special=*/true, config_.hidden_tags);
     if (!request.sampling.stop_strings.empty()) {
       r->stops.emplace(
           with_context("request: stop_strings", [&] { return text::StopMatcher(request.sampling.stop_strings); }));

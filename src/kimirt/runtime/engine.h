@@ -25,6 +25,7 @@
 #include "kimirt/runtime/forward.h"
 #include "kimirt/runtime/request.h"
 #include "kimirt/runtime/scheduler.h"
+#include "kimirt/text/stream_decoder.h"
 #include "kimirt/text/tokenizer.h"
 
 namespace kimirt::runtime {
@@ -38,6 +39,9 @@ struct EngineConfig {
   std::vector<int32_t> eos_ids;  // the model's end-of-sequence ids (stop unless ignore_eos)
   // Enables TokenEvent::text and stop strings; must know every id of the model (the constructor checks).
   std::optional<text::Tokenizer> tokenizer;
+  // Markup whose tag names TokenEvent::text and the stop strings leave out (a chat's K3 channel tags:
+  // ChatTemplate::tag_markup), as they leave out special tokens.
+  std::optional<text::TagMarkup> hidden_tags;
   // One rank of a parallel group (set by ParallelEngine): every step() runs the forward, with no tokens when
   // this rank has nothing to run, so that the other ranks' collectives find it; and a failing step is
   // rethrown after its requests are failed, because the group cannot tell which collective each rank is in.

@@ -162,17 +162,26 @@ size_t plain_bytes_streamed(std::string_view plain, size_t shown_bytes) {
   return shown_bytes == 0 ? 0 : plain.size();
 }
 
+// Whether segment i is the NAME of a K3 tag: <|open|> or <|close|>, plain text, <|sep|>. The stream does not
+// show it (StreamDecoder's hidden tags, the same rule).
+bool is_tag_name(const std::vector<ChatSegment>& segments, size_t i) {
+  if (i == 0 || i + 1 >= segments.size() || segments[i].special) return false;
+  const ChatSegment &before = segments[i - 1], &after = segments[i + 1];
+  return before.special && (before.text == kOpen || before.text == kClose) && after.special && after.text == kSep;
+}
+
 // Keeps the segments up to where the stream showed `shown_bytes` bytes of their plain text (the streamed text
 // skips the special tokens); a shorter reply is kept whole.
-void cut_plain_text(std::vector<ChatSegment>& segments, size_t shown_bytes) {
+void cut_plain_text(std::vector<ChatSegment>& segments, size_t shown_bytes, bool tags_hidden) {
+  const auto shown = [&](size_t i) { return !segments[i].special && !(tags_hidden && is_tag_name(segments, i)); };
   std::string plain;
-  for (const ChatSegment& s : segments) {
-    if (!s.special) plain += s.text;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (shown(i)) plain += segments[i].text;
   }
   const size_t keep = plain_bytes_streamed(plain, shown_bytes);
   size_t seen = 0;
   for (size_t i = 0; i < segments.size(); ++i) {
-    if (segments[i].special) continue;
+    if (!shown(i)) continue;
     if (seen + segments[i].text.size() >= keep) {
       segments[i].text.resize(keep - seen);
       segments.resize(i + 1);
@@ -196,9 +205,7 @@ void parse_k3_reply(const std::vector<ChatSegment>& segments, bool thinking, std
       if (channel == Channel::kResponse) content += s.text;
       continue;
     }
-    const bool tag = (s.text == kOpen || s.text == kClose) && i + 2 < segments.size() && !segments[i + 1].special &&
-                     segments[i + 2].special && segments[i + 2].text == kSep;
-    if (!tag) continue;  // any other special token is not shown, and not kept
+    if (!is_tag_name(segments, i + 1)) continue;  // any other special token is not shown, and not kept
     const bool open = s.text == kOpen;
     const std::string& name = segments[i + 1].text;
     i += 2;
@@ -258,6 +265,11 @@ std::vector<std::string> ChatTemplate::end_of_turn_tokens() const {
   return {std::string(kImEnd)};
 }
 
+std::optional<TagMarkup> ChatTemplate::tag_markup(const Tokenizer& tokenizer) const {
+  if (family_ != ChatFamily::kKimiK3) return std::nullopt;
+  return TagMarkup{tokenizer.special_id(kOpen), tokenizer.special_id(kClose), tokenizer.special_id(kSep)};
+}
+
 std::vector<TokenId> ChatTemplate::end_of_turn_ids(const Tokenizer& tokenizer) const {
   std::vector<TokenId> ids;
   for (const auto& token : end_of_turn_tokens()) ids.push_back(tokenizer.special_id(token));
@@ -274,7 +286,7 @@ ChatMessage ChatTemplate::parse_reply(const Tokenizer& tokenizer, std::span<cons
   while (!reply.empty() && ends(reply.back())) reply = reply.first(reply.size() - 1);
 
   std::vector<ChatSegment> segments = reply_segments(tokenizer, reply);
-  if (shown) cut_plain_text(segments, shown->size());
+  if (shown) cut_plain_text(segments, shown->size(), family_ == ChatFamily::kKimiK3);
   std::string reasoning, content;
   bool think_channel = false;
   if (family_ == ChatFamily::kKimiK3) {

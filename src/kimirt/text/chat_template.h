@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kimirt/text/stream_decoder.h"
 #include "kimirt/text/token.h"
 #include "kimirt/text/tokenizer.h"
 
@@ -64,6 +65,9 @@ class ChatTemplate {
   // Special tokens that end an assistant turn (the engine stops on these ids).
   std::vector<std::string> end_of_turn_tokens() const;
   std::vector<TokenId> end_of_turn_ids(const Tokenizer& tokenizer) const;
+  // The markup whose tag names a reply's shown text leaves out (StreamDecoder's hidden_tags): K3's channel
+  // and message tags; none for Kimi Linear, whose replies are plain text.
+  std::optional<TagMarkup> tag_markup(const Tokenizer& tokenizer) const;
 
   // The history message of an assistant turn the model generated after this template's generation prompt
   // (`thinking` as the prompt was encoded), from the ids it sampled: the ids that ended it (`stop_ids`, and
@@ -72,9 +76,9 @@ class ChatTemplate {
   // turn's close is kept); other special tokens are dropped, as the streamed text drops them; bytes that are
   // not UTF-8 become U+FFFD. So the next turn's encode() gives the prompt's ids followed by the reply's for a
   // reply the tokenizer would encode the same way, and never special-token text as plain text.
-  // `shown`: the reply's streamed text (its plain text, special tokens skipped) when a stop string ended it: the
-  // message then keeps the reply only up to where the stop string starts, since the tokens that completed the
-  // stop string may carry text the user never saw.
+  // `shown`: the reply's streamed text (its plain text, special tokens and tag_markup's tag names skipped) when
+  // a stop string ended it: the message then keeps the reply only up to where the stop string starts, since the
+  // tokens that completed the stop string may carry text the user never saw.
   ChatMessage parse_reply(const Tokenizer& tokenizer, std::span<const TokenId> reply, bool thinking,
                           std::span<const TokenId> stop_ids = {},
                           std::optional<std::string_view> shown = std::nullopt) const;

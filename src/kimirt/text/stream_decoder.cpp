@@ -2,16 +2,44 @@
 // 3 + (token length) bytes: constant work per id whatever the length of the stream.
 #include "kimirt/text/stream_decoder.h"
 
+#include "kimirt/base/error.h"
 #include "kimirt/text/utf8.h"
 
 namespace kimirt::text {
 
-StreamDecoder::StreamDecoder(Tokenizer tokenizer, bool skip_special)
-    : tokenizer_(std::move(tokenizer)), skip_special_(skip_special) {}
+StreamDecoder::StreamDecoder(Tokenizer tokenizer, bool skip_special, std::optional<TagMarkup> hidden_tags)
+    : tokenizer_(std::move(tokenizer)), skip_special_(skip_special), tags_(hidden_tags) {
+  KIMIRT_CHECK(!tags_ || skip_special_, "StreamDecoder: hidden tag names need skip_special (the tags' tokens)");
+}
+
+// A NAME that no sep closed is text after all.
+void StreamDecoder::flush_tag(std::string& out) {
+  in_tag_ = false;
+  pending_.append(tag_);
+  tag_.clear();
+  pending_.erase(0, decode_utf8_prefix(pending_, /*final=*/false, out));
+}
 
 void StreamDecoder::push(TokenId id, std::string& out) {
   const std::string_view bytes = tokenizer_.id_to_bytes(id);
-  if (skip_special_ && tokenizer_.is_special(id)) return;
+  const bool special = tokenizer_.is_special(id);
+  if (tags_) {
+    if (in_tag_ && id == tags_->sep) {
+      in_tag_ = false;
+      tag_.clear();
+      return;
+    }
+    if (in_tag_ && !special) {
+      tag_.append(bytes);
+      return;
+    }
+    if (in_tag_) flush_tag(out);
+    if (id == tags_->open || id == tags_->close) {
+      in_tag_ = true;
+      return;
+    }
+  }
+  if (skip_special_ && special) return;
   pending_.append(bytes);
   const size_t consumed = decode_utf8_prefix(pending_, /*final=*/false, out);
   pending_.erase(0, consumed);
@@ -25,6 +53,7 @@ std::string StreamDecoder::push(TokenId id) {
 
 std::string StreamDecoder::finish() {
   std::string out;
+  if (in_tag_) flush_tag(out);
   decode_utf8_prefix(pending_, /*final=*/true, out);
   pending_.clear();
   return out;

@@ -3,16 +3,27 @@
 // BPE) is held until its last byte arrives; bytes that can never form a character become U+FFFD.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "kimirt/text/tokenizer.h"
 
 namespace kimirt::text {
 
+// Markup whose tags are written <open>NAME<sep> and <close>NAME<sep>: three special tokens around a NAME of
+// plain-text tokens (K3's channels and messages: <|open|>think<|sep|> ... <|close|>think<|sep|>).
+struct TagMarkup {
+  TokenId open = -1, close = -1, sep = -1;
+};
+
 class StreamDecoder {
  public:
-  // skip_special: special tokens (end-of-turn markers, ...) produce no text.
-  explicit StreamDecoder(Tokenizer tokenizer, bool skip_special = false);
+  // skip_special: special tokens (end-of-turn markers, ...) produce no text. hidden_tags (with skip_special):
+  // the NAMEs of those tags produce none either, as they are markup too. A NAME is held until its sep; another
+  // special token or the end of the stream first shows it after all (it was not a tag), as ChatTemplate's
+  // reply parsing reads it.
+  explicit StreamDecoder(Tokenizer tokenizer, bool skip_special = false,
+                         std::optional<TagMarkup> hidden_tags = std::nullopt);
 
   // Text completed by this id (possibly empty). Throws kimirt::Error for an id outside the vocabulary.
   std::string push(TokenId id);
@@ -21,11 +32,20 @@ class StreamDecoder {
   // End of the stream: bytes still waiting for the rest of their character, as one U+FFFD.
   std::string finish();
   bool has_pending() const { return !pending_.empty(); }
-  void reset() { pending_.clear(); }
+  void reset() {
+    pending_.clear();
+    tag_.clear();
+    in_tag_ = false;
+  }
 
  private:
+  void flush_tag(std::string& out);
+
   Tokenizer tokenizer_;
   bool skip_special_;
+  std::optional<TagMarkup> tags_;
+  bool in_tag_ = false;  // after an open or close token, before its sep
+  std::string tag_;      // the bytes of the NAME so far
   std::string pending_;  // at most 3 bytes: an incomplete but still possible character
 };
 
