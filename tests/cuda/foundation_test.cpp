@@ -207,9 +207,10 @@ TEST(Device, QueryAndStreamsWork) {
   for (float x : v) ASSERT_TRUE(x >= -1.0f && x < 1.0f) << x;
 }
 
-// An event not reached yet is no error: the launch check after done() must not find one. (CUDA 13 with the
-// 580 driver keeps no error for cudaEventQuery's "not ready", as some older runtimes did: measured, so done()
-// does not clear the thread's error, which could hide a real one.)
+// An event not reached yet is no error: the launch check after done() must not find one. A test of the CUDA
+// runtime as much as of ours: CUDA 13 with the 580 driver keeps no error for cudaEventQuery's "not ready" (some
+// older runtimes did: measured), so done() does not clear the thread's error, which could hide a real one.
+// Should a runtime keep it, this fails and done() must clear it.
 TEST(Device, AnEventNotYetReachedLeavesNoError) {
   KIMIRT_REQUIRE_GPU();
   Stream s;

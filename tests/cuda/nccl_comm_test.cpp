@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -152,9 +153,19 @@ TEST(NcclComm, CreateAllRefusesDevicesItCannotUse) {
 
 // A set-up that fails on one device (here: no memory left on GPU 1) fails the whole call and returns. With a
 // thread per rank calling ncclCommInitRank, rank 1 got its error and rank 0 was still waiting for it 60 s later
-// (docs/PERF.md, 2026-11-30, machine DL).
+// (docs/PERF.md, 2026-11-30, machine DL). The communicators NCCL made before the failure are aborted.
 TEST(NcclComm, CreateAllFailingOnOneDeviceReturns) {
   KIMIRT_REQUIRE_TWO_GPUS();
+  const int devices[] = {0, 1};
+  // A set-up and its teardown first: what NCCL keeps for the process's later communicators is then taken.
+  EXPECT_EQ(NcclComm::create_all(devices).size(), 2u);
+  const auto free_on_0 = [] {
+    const DeviceGuard on_zero(0);
+    size_t free_bytes = 0, total = 0;
+    KIMIRT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return free_bytes;
+  };
+  const size_t free_before = free_on_0();
   void* hog = nullptr;
   {
     const DeviceGuard on_one(1);
@@ -168,8 +179,7 @@ TEST(NcclComm, CreateAllFailingOnOneDeviceReturns) {
     }
     ASSERT_NE(hog, nullptr) << "could not fill GPU 1";
   }
-  auto result = std::async(std::launch::async, [] {
-    const int devices[] = {0, 1};
+  auto result = std::async(std::launch::async, [&devices] {
     try {
       NcclComm::create_all(devices);
     } catch (const Error& e) {
@@ -187,8 +197,12 @@ TEST(NcclComm, CreateAllFailingOnOneDeviceReturns) {
     KIMIRT_CUDA_CHECK(cudaFree(hog));
   }
   EXPECT_NE(error.find("setting up 2 ranks on devices 0, 1 failed"), std::string::npos) << error;
-  // Nothing was left joined or held: the group sets up once the memory is back.
-  const int devices[] = {0, 1};
+  // The communicator rank 0 had made is gone with its device memory, and the group sets up once the memory is
+  // back.
+  const size_t free_after = free_on_0();
+  EXPECT_LE(free_before - std::min(free_before, free_after), size_t{4} << 20)
+      << "GPU 0 lost " << (free_before - std::min(free_before, free_after)) / 1024 << " KiB to the failed set-up";
+  std::fprintf(stderr, "GPU 0 free before / after the failed set-up: %zu / %zu bytes\n", free_before, free_after);
   EXPECT_EQ(NcclComm::create_all(devices).size(), 2u);
 }
 

@@ -565,7 +565,7 @@ TEST_F(LoaderFault, NanBlockScalesAreRefusedAndNamed) {
     const float bad = -0.5f;
     std::memcpy(f.tensors.at(fp8_base + ".weight_scale_inv").bytes.data(), &bad, sizeof bad);
     cases.emplace_back(f, fmt::format("{}.weight_scale_inv: block scale 0 (row 0, column 0) decodes to a negative "
-                                      "number (F32 -0.5)",
+                                      "number (F32 -0.5): every weight it scales would be sign-flipped",
                                       fp8_base));
   }
   int n = 0;

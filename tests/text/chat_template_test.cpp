@@ -257,6 +257,11 @@ TEST(ChatReplyK3, AStopStringCutsTheReplyWhereItWasShown) {
   EXPECT_TRUE(m.think_channel);
   // A cut where the answer starts (a stop string on its first word): the reasoning only.
   expect_message(t.parse_reply(tok, ids, true, {}, "Hmm."), "", "Hmm.");
+  // Where the think channel closes (chat separates the answer from the reasoning there): after its <|sep|> only.
+  const auto closes_at = [&](size_t n) { return t.closes_think_channel(tok, std::span(ids).first(n)); };
+  const size_t sep = tok.encode("Hmm.").size() + 1 + tok.encode("think").size() + 1;
+  for (size_t n = 0; n <= ids.size(); ++n) EXPECT_EQ(closes_at(n), n == sep) << n << " ids";
+  EXPECT_FALSE(ChatTemplate(ChatFamily::kKimiLinear).closes_think_channel(tok, std::span(ids).first(sep)));
   // Shown text as long as the whole reply: nothing is cut.
   expect_message(t.parse_reply(tok, reply, false, {}, "The answer is 42. User: and now"),
                  "The answer is 42. User: and now", "");

@@ -148,6 +148,12 @@ TEST(StreamDecoder, HiddenTagNames) {
   EXPECT_EQ(stream(StreamDecoder(t, true, tags)), "Hmm.Yes, not a tag and open at the end");
   EXPECT_EQ(stream(StreamDecoder(t, true)), "Hmm.thinkresponseYes, not a tag and open at the end");
   EXPECT_THROW(StreamDecoder(t, false, tags), Error);
+  // A NAME past kMaxNameBytes is free text, shown as it comes rather than held to the end of the reply.
+  StreamDecoder d(t, true, tags);
+  EXPECT_EQ(d.push(tags.open), "");
+  std::string out;
+  for (const TokenId id : t.encode("a tag never names itself with this many words")) d.push(id, out);
+  EXPECT_EQ(out, "a tag never names itself with this many words");
 }
 
 }  // namespace

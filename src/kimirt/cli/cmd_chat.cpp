@@ -101,18 +101,6 @@ void chat(const ChatOptions& o) {
   engine_config.tokenizer = tokenizer;
   // K3's channel and message tags are markup: their names are not shown (nor matched by stop strings).
   engine_config.hidden_tags = chat_template.tag_markup(*tokenizer);
-  // Whether `ids` end with <|close|>think<|sep|>: where the reasoning ends and the answer starts.
-  const auto closes_thinking = [&](const std::vector<int32_t>& ids) {
-    const auto& tags = engine_config.hidden_tags;
-    if (!tags || ids.empty() || ids.back() != tags->sep) return false;
-    std::string name;
-    for (size_t i = ids.size() - 1; i-- > 0;) {
-      if (ids[i] == tags->close) return name == "think";
-      if (tokenizer->is_special(ids[i]) || name.size() > 5) return false;
-      name.insert(0, tokenizer->id_to_bytes(ids[i]));
-    }
-    return false;
-  };
   std::vector<int32_t> reply_ids;
   std::string shown;  // the reply's text as streamed (cut where a stop string starts)
   runtime::FinishReason reason = runtime::FinishReason::kNone;
@@ -122,7 +110,9 @@ void chat(const ChatOptions& o) {
       std::fwrite(e.text.data(), 1, e.text.size(), stdout);
       reply_ids.push_back(e.token);
       shown += e.text;
-      if (closes_thinking(reply_ids)) std::fputs("\n\n", stdout);  // shown only: not part of `shown`
+      // A blank line between the reasoning and the answer: shown only, not part of `shown` (text the stop strings
+      // hold back, a possible stop string's start, comes after it).
+      if (chat_template.closes_think_channel(*tokenizer, reply_ids)) std::fputs("\n\n", stdout);
       std::fflush(stdout);
     }
     if (e.finished) {

@@ -23,8 +23,8 @@ class Comm {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // Sums take F32, F64, BF16, F16 (summed in fp32), and I8, U8, I32, U32, I64, U64 (wrapping), on every
-  // implementation, as NCCL does.
+  // Sums take F32, F64, BF16, F16, and I8, U8, I32, U32, I64, U64 (wrapping), on every implementation, as
+  // NCCL does. The 16-bit floats add in fp32: LocalComm rounds the whole sum once, NCCL and MPI each step.
   //
   // In place: buf holds count elements; afterwards every rank holds the elementwise sum.
   virtual void all_reduce_sum(void* buf, size_t count, DType dtype, void* stream = nullptr) = 0;

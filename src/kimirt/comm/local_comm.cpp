@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "kimirt/base/error.h"
+#include "kimirt/comm/half_float.h"
 #include "kimirt/tensor/float_convert.h"
 
 namespace kimirt {
@@ -210,9 +211,6 @@ void sum_16(const std::vector<const void*>& srcs, size_t offset, size_t count, v
   }
 }
 
-uint16_t to_bf16(float f) { return f32_to_bf16(f); }
-uint16_t to_f16(float f) { return f32_to_f16(f); }
-
 void sum_into(DType dtype, const std::vector<const void*>& srcs, size_t offset, size_t count, void* dst) {
   switch (dtype) {
     case DType::kF32:
@@ -220,9 +218,9 @@ void sum_into(DType dtype, const std::vector<const void*>& srcs, size_t offset, 
     case DType::kF64:
       return sum_native<double, double>(srcs, offset, count, dst);
     case DType::kBF16:
-      return sum_16<bf16_to_f32, to_bf16>(srcs, offset, count, dst);
+      return sum_16<bf16_to_f32, round_to_bf16>(srcs, offset, count, dst);
     case DType::kF16:
-      return sum_16<f16_to_f32, to_f16>(srcs, offset, count, dst);
+      return sum_16<f16_to_f32, round_to_f16>(srcs, offset, count, dst);
     case DType::kI8:
       return sum_native<int8_t, int64_t>(srcs, offset, count, dst);
     case DType::kU8:

@@ -11,6 +11,7 @@
 #endif
 
 #include "kimirt/base/error.h"
+#include "kimirt/comm/half_float.h"
 #include "kimirt/tensor/float_convert.h"
 
 namespace kimirt {
@@ -69,19 +70,17 @@ void sum_16(void* in, void* inout, int* len, MPI_Datatype*) {
   auto* b = static_cast<uint16_t*>(inout);
   for (int i = 0; i < *len; ++i) b[i] = from_f32(to_f32(a[i]) + to_f32(b[i]));
 }
-uint16_t to_bf16(float f) { return f32_to_bf16(f); }
-uint16_t to_f16(float f) { return f32_to_f16(f); }
 
 MPI_Op sum_op(DType dtype) {
   // Made once, after MPI_Init (every MpiComm comes from world()); MPI frees them at finalize.
   static const MPI_Op bf16_sum = [] {
     MPI_Op op;
-    MPI_Op_create(&sum_16<bf16_to_f32, to_bf16>, 1, &op);
+    MPI_Op_create(&sum_16<bf16_to_f32, round_to_bf16>, 1, &op);
     return op;
   }();
   static const MPI_Op f16_sum = [] {
     MPI_Op op;
-    MPI_Op_create(&sum_16<f16_to_f32, to_f16>, 1, &op);
+    MPI_Op_create(&sum_16<f16_to_f32, round_to_f16>, 1, &op);
     return op;
   }();
   if (dtype == DType::kBF16) return bf16_sum;

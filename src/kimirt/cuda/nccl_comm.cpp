@@ -75,7 +75,7 @@ struct NcclComm::Impl {
   int* scratch = nullptr;  // one int of device memory for barrier()
   explicit Impl(int device_) : device(device_) {}
   // Here rather than in ~NcclComm, so that a create(), create_all() or split() that throws after NCCL made
-  // the communicator frees it.
+  // the communicator frees it (a failed ncclCommInitAll's are aborted in create_all).
   ~Impl() {
     const DeviceGuard on_device(device, std::nothrow);
     if (scratch) cudaFree(scratch);
@@ -148,12 +148,19 @@ std::vector<std::unique_ptr<NcclComm>> NcclComm::create_all(std::span<const int>
   comms.reserve(static_cast<size_t>(n));
   const int caller_device = current_device();
   const ncclResult_t init = ncclCommInitAll(raw.data(), n, devices.data());
-  if (init == ncclSuccess) {
-    for (size_t r = 0; r < impls.size(); ++r) impls[r]->comm = raw[r];
+  if (init != ncclSuccess) {
+    const std::string why = fmt::format("NCCL: setting up {} ranks on devices {} failed: {} ({})", n,
+                                        fmt::join(devices, ", "), ncclGetErrorString(init), ncclGetLastError(nullptr));
+    // A failed ncclCommInitAll hands back the communicators it had made (their buffers and proxy threads):
+    // aborted, as a failed communicator must be (destroy returns early on one).
+    for (ncclComm_t c : raw) {
+      if (c) ncclCommAbort(c);
+    }
+    set_current_device(caller_device);
+    fail("{}", why);
   }
+  for (size_t r = 0; r < impls.size(); ++r) impls[r]->comm = raw[r];
   set_current_device(caller_device);  // ncclCommInitAll leaves one of the group's devices current
-  KIMIRT_CHECK(init == ncclSuccess, "NCCL: setting up {} ranks on devices {} failed: {} ({})", n,
-               fmt::join(devices, ", "), ncclGetErrorString(init), ncclGetLastError(nullptr));
   for (int r = 0; r < n; ++r) {
     auto& impl = impls[static_cast<size_t>(r)];
     const DeviceGuard on_device(devices[r]);

@@ -39,7 +39,7 @@ class NcclComm final : public Comm {
   // must call it.
   static std::unique_ptr<NcclComm> create(const NcclId& id, int world_size, int rank, int device);
   // The communicators of a group in one process, rank r on devices[r], made by one call (ncclCommInitAll):
-  // a set-up that fails anywhere fails for all, and nothing is left joined. The devices must be distinct
+  // a set-up that fails anywhere fails for all, and what NCCL had made is aborted. The devices must be distinct
   // CUDA devices of this machine.
   static std::vector<std::unique_ptr<NcclComm>> create_all(std::span<const int> devices);
   // Rank 0 creates the id and writes it to `id_file`; the others read it (waiting up to `timeout`). Rank 0

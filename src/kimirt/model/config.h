@@ -29,11 +29,12 @@ std::string_view family_name(ModelFamily family);  // "kimi_linear" / "kimi_k3" 
 // Sanity bounds of validate(): far above any released model (K3: 93 layers, 896 experts, hidden 7168,
 // vocabulary 163,840, a million positions), low enough that nothing derived from a config (layer and
 // parameter tables, shapes, byte counts) overflows or exhausts memory before a checkpoint byte is read. The
-// routed experts in all (K3: about 83k) bound the load plan's key tables: at 2^17 a config over a tiny
-// checkpoint took 1.0 GB and 2.6 s to be refused for its missing keys (at 2^20, 6.9 GB and 47 s).
+// one exception is the routed experts in all, num_experts x num_hidden_layers (K3: 83,328), which size the
+// load plan's key tables: 2^17 (1.6x K3) lets a config over a tiny checkpoint take 1.0 GB and 2.6 s to be
+// refused for its missing keys (2^20 took 6.9 GB and 47 s).
 inline constexpr int64_t kMaxLayers = int64_t{1} << 16;
 inline constexpr int64_t kMaxExperts = (int64_t{1} << 24) - 1;
-inline constexpr int64_t kMaxRoutedExperts = int64_t{1} << 17;  // MoE layers x num_experts: the schema's size
+inline constexpr int64_t kMaxRoutedExperts = int64_t{1} << 17;  // num_hidden_layers x num_experts
 inline constexpr int64_t kMaxWidth = int64_t{1} << 24;          // any width, heads x head_dim included
 inline constexpr int64_t kMaxVocab = int64_t{1} << 31;          // token ids are int32
 inline constexpr int64_t kMaxPositions = int64_t{1} << 31;      // positions are int32 in the caches

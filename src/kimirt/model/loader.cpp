@@ -154,9 +154,9 @@ class PlanExecutor final : public io::ReadSink {
   }
 
   // A block scale that decodes to NaN, infinity or a negative number is refused (its weights would be NaN,
-  // infinite or sign-flipped, silently); E8M0 code
-  // 0x00, which readers decode differently, is counted (LoadStats::e8m0_zero_scales). `offset`: the byte of
-  // the stored tensor that w's first row starts at (one-byte codes come piece by piece, wider scales whole).
+  // infinite or sign-flipped, silently); E8M0 code 0x00, which readers decode differently, is counted
+  // (LoadStats::e8m0_zero_scales). `offset`: the byte of the stored tensor that w's first row starts at
+  // (one-byte codes come piece by piece, wider scales whole).
   void check_scales(const PlannedRead& read, const StagedWrite& w, uint64_t offset) {
     const quant::ScaleCode code = plan_.dests()[w.dest].scale;
     const DType dtype = read.info->dtype;
@@ -172,17 +172,24 @@ class PlanExecutor final : public io::ReadSink {
       const uint64_t cols = shape.empty() ? 1 : static_cast<uint64_t>(shape_numel(shape) / shape[0]);
       const uint8_t* value = row + n.first_invalid * element;
       std::string what;
+      bool negative = false;
       if (code == quant::ScaleCode::kFloat) {
-        float f = 0.0f;
-        convert_to_f32(dtype, value, &f, 1);
-        what =
-            fmt::format("{} ({} {})", std::isfinite(f) ? "a negative number" : "NaN or infinity", dtype_name(dtype), f);
+        double d = 0.0;
+        if (dtype == DType::kF64) {
+          std::memcpy(&d, value, sizeof d);
+        } else {
+          float f = 0.0f;
+          convert_to_f32(dtype, value, &f, 1);
+          d = f;
+        }
+        negative = std::isfinite(static_cast<float>(d)) && d < 0.0;
+        what = fmt::format("{} ({} {})", negative ? "a negative number" : "NaN or infinity", dtype_name(dtype), d);
       } else {
-        const bool nan = (*value & 0x7F) == 0x7F || code == quant::ScaleCode::kE8M0;
-        what = fmt::format("{} ({} code {:#04x})", nan ? "NaN" : "a negative number", dtype_name(dtype), *value);
+        negative = (*value & 0x7F) != 0x7F && code == quant::ScaleCode::kE4M3;
+        what = fmt::format("{} ({} code {:#04x})", negative ? "a negative number" : "NaN", dtype_name(dtype), *value);
       }
-      fail("block scale {} (row {}, column {}) decodes to {}: every weight it scales would be so", at, at / cols,
-           at % cols, what);
+      fail("block scale {} (row {}, column {}) decodes to {}: every weight it scales would be {}", at, at / cols,
+           at % cols, what, negative ? "sign-flipped" : "so");
     }
     if (zeros) e8m0_zeros_.fetch_add(zeros);
   }

@@ -68,15 +68,22 @@ void CpuCacheStore::write_latent(int layer, std::span<const int32_t> blocks, int
 
 uint64_t CpuCacheStore::bytes_for(const model::ModelConfig& config, const cpu::KdaDims& kda, const cpu::MlaDims& mla,
                                   const CacheConfig& cache) {
-  const auto slots = static_cast<uint64_t>(cache.max_sequences);
-  const auto rows = static_cast<uint64_t>(cache.num_blocks) * static_cast<uint64_t>(cache.block_size);
-  const auto kda_state =
-      static_cast<uint64_t>(3 * kda.channels() * (kda.conv_width - 1) + kda.num_heads * kda.head_dim * kda.head_dim);
-  uint64_t floats = 0;
-  for (int64_t l = 0; l < config.num_layers; ++l) {
-    floats += config.is_kda_layer(l) ? slots * kda_state : rows * static_cast<uint64_t>(mla.latent_width());
+  // One slot's state as the store makes it (zeros() checks the dims first); sizes past uint64 saturate, so
+  // that they are refused as too large rather than wrapping to a small number.
+  const cpu::KdaState one = cpu::KdaState::zeros(kda);
+  const uint64_t kda_floats = one.conv_q.size() + one.conv_k.size() + one.conv_v.size() + one.recurrent.size();
+  constexpr uint64_t kSaturated = ~uint64_t{0};
+  uint64_t rows = 0, kda_layer = 0, mla_layer = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(cache.num_blocks), static_cast<uint64_t>(cache.block_size), &rows) ||
+      __builtin_mul_overflow(rows, static_cast<uint64_t>(mla.latent_width()) * sizeof(float), &mla_layer) ||
+      __builtin_mul_overflow(static_cast<uint64_t>(cache.max_sequences), kda_floats * sizeof(float), &kda_layer)) {
+    return kSaturated;
   }
-  return floats * sizeof(float);
+  uint64_t total = 0;
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    if (__builtin_add_overflow(total, config.is_kda_layer(l) ? kda_layer : mla_layer, &total)) return kSaturated;
+  }
+  return total;
 }
 
 uint64_t CpuCacheStore::bytes() const {

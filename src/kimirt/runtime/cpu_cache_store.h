@@ -21,7 +21,7 @@ class CpuCacheStore {
   // store needs more than the machine's available memory.
   CpuCacheStore(const model::ModelConfig& config, const cpu::KdaDims& kda, const cpu::MlaDims& mla,
                 const CacheConfig& cache);
-  // The bytes such a store holds.
+  // The bytes such a store holds (all bits set when they pass uint64). Throws for dimensions the ops refuse.
   static uint64_t bytes_for(const model::ModelConfig& config, const cpu::KdaDims& kda, const cpu::MlaDims& mla,
                             const CacheConfig& cache);
 

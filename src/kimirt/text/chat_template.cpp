@@ -166,6 +166,7 @@ size_t plain_bytes_streamed(std::string_view plain, size_t shown_bytes) {
 // show it (StreamDecoder's hidden tags, the same rule).
 bool is_tag_name(const std::vector<ChatSegment>& segments, size_t i) {
   if (i == 0 || i + 1 >= segments.size() || segments[i].special) return false;
+  if (segments[i].text.size() > TagMarkup::kMaxNameBytes) return false;
   const ChatSegment &before = segments[i - 1], &after = segments[i + 1];
   return before.special && (before.text == kOpen || before.text == kClose) && after.special && after.text == kSep;
 }
@@ -263,6 +264,15 @@ std::vector<TokenId> ChatTemplate::encode(const Tokenizer& tokenizer, std::span<
 std::vector<std::string> ChatTemplate::end_of_turn_tokens() const {
   if (family_ == ChatFamily::kKimiK3) return {std::string(kEndOfMsg)};
   return {std::string(kImEnd)};
+}
+
+bool ChatTemplate::closes_think_channel(const Tokenizer& tokenizer, std::span<const TokenId> reply) const {
+  if (family_ != ChatFamily::kKimiK3) return false;
+  // The tag's two special tokens and a name of at most kMaxNameBytes tokens.
+  const std::vector<ChatSegment> s =
+      reply_segments(tokenizer, reply.last(std::min(reply.size(), TagMarkup::kMaxNameBytes + 2)));
+  const size_t n = s.size();
+  return n >= 3 && is_tag_name(s, n - 2) && s[n - 3].text == kClose && s[n - 2].text == "think";
 }
 
 std::optional<TagMarkup> ChatTemplate::tag_markup(const Tokenizer& tokenizer) const {

@@ -68,6 +68,9 @@ class ChatTemplate {
   // The markup whose tag names a reply's shown text leaves out (StreamDecoder's hidden_tags): K3's channel
   // and message tags; none for Kimi Linear, whose replies are plain text.
   std::optional<TagMarkup> tag_markup(const Tokenizer& tokenizer) const;
+  // Whether the reply so far ends with the tag that closes the think channel (K3's <|close|>think<|sep|>):
+  // where the reasoning ends and the answer starts.
+  bool closes_think_channel(const Tokenizer& tokenizer, std::span<const TokenId> reply) const;
 
   // The history message of an assistant turn the model generated after this template's generation prompt
   // (`thinking` as the prompt was encoded), from the ids it sampled: the ids that ended it (`stop_ids`, and

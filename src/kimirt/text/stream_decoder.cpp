@@ -31,6 +31,7 @@ void StreamDecoder::push(TokenId id, std::string& out) {
     }
     if (in_tag_ && !special) {
       tag_.append(bytes);
+      if (tag_.size() > TagMarkup::kMaxNameBytes) flush_tag(out);
       return;
     }
     if (in_tag_) flush_tag(out);

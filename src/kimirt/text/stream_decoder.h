@@ -13,6 +13,9 @@ namespace kimirt::text {
 // Markup whose tags are written <open>NAME<sep> and <close>NAME<sep>: three special tokens around a NAME of
 // plain-text tokens (K3's channels and messages: <|open|>think<|sep|> ... <|close|>think<|sep|>).
 struct TagMarkup {
+  // A longer NAME is not a tag's (K3's are think, response, message): a model that opens a tag and then writes
+  // free text has its text shown, not held to the end of the reply.
+  static constexpr size_t kMaxNameBytes = 32;
   TokenId open = -1, close = -1, sep = -1;
 };
 
@@ -20,8 +23,8 @@ class StreamDecoder {
  public:
   // skip_special: special tokens (end-of-turn markers, ...) produce no text. hidden_tags (with skip_special):
   // the NAMEs of those tags produce none either, as they are markup too. A NAME is held until its sep; another
-  // special token or the end of the stream first shows it after all (it was not a tag), as ChatTemplate's
-  // reply parsing reads it.
+  // special token, the end of the stream or a NAME past kMaxNameBytes first shows it after all (it was not a
+  // tag), as ChatTemplate's reply parsing reads it.
   explicit StreamDecoder(Tokenizer tokenizer, bool skip_special = false,
                          std::optional<TagMarkup> hidden_tags = std::nullopt);
 
