@@ -50,8 +50,11 @@ struct Context {
 double time_us(Context& ctx, const std::function<void()>& fn, int reps = 10, int samples = 15, int warmup = 3);
 
 // How many copies of an operand of `bytes` a timed graph rotates over, so that a call does not find its bytes in
-// the 50-60 MB L2 from the call before (256 MB in all, 1 to 64 copies), and how many calls the graph holds (one
-// per copy, at least 6, so that the graph launch's own latency is amortized).
+// the 50-60 MB L2 from the calls before (256 MB in all, 1 to 64 copies), and how many calls the graph holds
+// (whole rounds of the copies, at least 6 calls, so that the graph launch's own latency is amortized). Below
+// 4 MB the 64 copies hold less than 256 MB, and below about 0.9 MB they fit in L2 together: such operands (the
+// decode-batch rows of the dense ops, the router at 64 tokens or fewer, sampling at B=1) are read partly or
+// wholly from L2, as in a decode step their producer's output would be. None is evidence for a target.
 struct L2Rotation {
   int copies, calls;
 };
