@@ -267,7 +267,11 @@ std::vector<std::string> ChatTemplate::end_of_turn_tokens() const {
 }
 
 bool ChatTemplate::closes_think_channel(const Tokenizer& tokenizer, std::span<const TokenId> reply) const {
-  if (family_ != ChatFamily::kKimiK3) return false;
+  // Asked after every token: most are not a <|sep|>, and need no segments.
+  if (family_ != ChatFamily::kKimiK3 || reply.empty() || !tokenizer.is_special(reply.back()) ||
+      tokenizer.id_to_bytes(reply.back()) != kSep) {
+    return false;
+  }
   // The tag's two special tokens and a name of at most kMaxNameBytes tokens.
   const std::vector<ChatSegment> s =
       reply_segments(tokenizer, reply.last(std::min(reply.size(), TagMarkup::kMaxNameBytes + 2)));

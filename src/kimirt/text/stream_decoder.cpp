@@ -12,12 +12,16 @@ StreamDecoder::StreamDecoder(Tokenizer tokenizer, bool skip_special, std::option
   KIMIRT_CHECK(!tags_ || skip_special_, "StreamDecoder: hidden tag names need skip_special (the tags' tokens)");
 }
 
+void StreamDecoder::decode(std::string_view bytes, std::string& out) {
+  pending_.append(bytes);
+  pending_.erase(0, decode_utf8_prefix(pending_, /*final=*/false, out));
+}
+
 // A NAME that no sep closed is text after all.
 void StreamDecoder::flush_tag(std::string& out) {
   in_tag_ = false;
-  pending_.append(tag_);
+  decode(tag_, out);
   tag_.clear();
-  pending_.erase(0, decode_utf8_prefix(pending_, /*final=*/false, out));
 }
 
 void StreamDecoder::push(TokenId id, std::string& out) {
@@ -41,9 +45,7 @@ void StreamDecoder::push(TokenId id, std::string& out) {
     }
   }
   if (skip_special_ && special) return;
-  pending_.append(bytes);
-  const size_t consumed = decode_utf8_prefix(pending_, /*final=*/false, out);
-  pending_.erase(0, consumed);
+  decode(bytes, out);
 }
 
 std::string StreamDecoder::push(TokenId id) {

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "kimirt/text/tokenizer.h"
 
@@ -42,6 +43,7 @@ class StreamDecoder {
   }
 
  private:
+  void decode(std::string_view bytes, std::string& out);  // into pending_, whole characters out
   void flush_tag(std::string& out);
 
   Tokenizer tokenizer_;
