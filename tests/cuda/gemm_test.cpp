@@ -144,7 +144,7 @@ TEST_P(GemmShapes, SkinnyAndLtMatchReference) {
     EXPECT_EQ(p.bad_anywhere(y_as_float(y, t, m * n), n), 0) << "cuBLASLt " << test::shape({m, n, k});
     if (m <= kSkinnyMaxM) {
       DeviceBuffer y2 = test::poisoned(m * n * esize);
-      DeviceBuffer sws(skinny_gemm_workspace_bytes(m, n, k, info.sm_count) + 16);
+      DeviceBuffer sws = test::poisoned(skinny_gemm_workspace_bytes(m, n, k, info.sm_count));
       const SkinnyGemmArgs a{p.dx.as<__nv_bfloat16>(), k, p.dw.as<__nv_bfloat16>(), k, y2.data(), t, n, m, n, k, 0.0f};
       skinny_gemm(nullptr, a, sws.data(), sws.size(), info.sm_count);
       EXPECT_LE(p.error(y_as_float(y2, t, m * n), n), tol) << "skinny " << test::shape({m, n, k});
@@ -222,7 +222,7 @@ TEST(Gemm, SkinnyRowsKernelEveryConfig) {
 TEST(Gemm, RowsKernelOnFewSms) {
   KIMIRT_REQUIRE_GPU();
   const DeviceInfo info = query_device(0);
-  DeviceBuffer ws(8 << 20), sws(8 << 20);
+  DeviceBuffer ws(8 << 20), sws = test::poisoned(8 << 20);
   GemmLt lt(ws.data(), ws.size());
   Linear linear(lt, sws.data(), sws.size(), info.sm_count);
   // Each block of the capped grid has an SM to itself, so the grid keeps exactly as many SMs as blocks.
@@ -299,7 +299,7 @@ TEST(Gemm, SkinnyGateMatchesSigmoidGateMulBitForBit) {
     std::vector<float> w = test::random_vec(c.batch * c.n * c.k, 41 + c.n);
     std::vector<float> g = test::random_vec(c.m * width, 42 + c.n, -4, 4);
     DeviceBuffer dx = upload(test::to_bf16(x)), dw = upload(test::to_bf16(w)), dg = upload(test::to_bf16(g));
-    DeviceBuffer ws(c.workspace + 16);
+    DeviceBuffer ws = test::poisoned(c.workspace);
     DeviceBuffer plain = test::poisoned(c.m * width * 2), gated = test::poisoned(c.m * width * 2);
     SkinnyGemmArgs a = strided_args(dx, dw, plain, c.m, c.n, c.k, c.batch);
     skinny_gemm(nullptr, a, c.workspace ? ws.data() : nullptr, c.workspace, sms, c.config);
@@ -346,7 +346,7 @@ TEST(Gemm, SkinnyFusedRmsNormAgainstReference) {
     std::vector<float> w = test::random_vec(c.batch * c.n * c.k, 51 + c.n, -0.05f, 0.05f);
     std::vector<float> nw = test::random_vec(c.k, 52 + c.n, 0.5f, 1.5f);
     DeviceBuffer dx = upload(test::to_bf16(x)), dw = upload(test::to_bf16(w)), dn = upload(test::to_bf16(nw));
-    DeviceBuffer ws(16 << 20), dy = test::poisoned(c.m * width * 2);
+    DeviceBuffer ws = test::poisoned(16 << 20), dy = test::poisoned(c.m * width * 2);
     SkinnyGemmArgs a = strided_args(dx, dw, dy, c.m, c.n, c.k, c.batch);
     a.x_norm = dn.as<__nv_bfloat16>(), a.x_norm_eps = eps;
     skinny_gemm(nullptr, a, ws.data(), ws.size(), sms);
@@ -370,7 +370,7 @@ TEST(Gemm, SkinnyFusedRmsNormAgainstReference) {
   }
 
   // Through Linear: fused at M = 1 (x_normed keeps its poison), rms_norm + cuBLASLt at M = 64.
-  DeviceBuffer lt_ws(32 << 20), sws(16 << 20);
+  DeviceBuffer lt_ws(32 << 20), sws = test::poisoned(16 << 20);
   GemmLt lt(lt_ws.data(), lt_ws.size());
   Linear linear(lt, sws.data(), sws.size(), sms);
   const int64_t n = 320, k = 1536;
@@ -434,7 +434,7 @@ TEST(Gemm, AccumulateIntoYAndDispatcher) {
   const DeviceInfo info = query_device(0);
   const int64_t m = 4, n = 1000, k = 512;
   Problem p(m, n, k, 5);
-  DeviceBuffer ws(32 << 20), sws(8 << 20);
+  DeviceBuffer ws(32 << 20), sws = test::poisoned(8 << 20);
   GemmLt lt(ws.data(), ws.size());
   for (int table_m : {0, 16}) {  // 0: always cuBLASLt, 16: always skinny
     GemmTable table;
@@ -484,7 +484,7 @@ TEST(Gemm, BatchedAbsorptionLayout) {
       for (int64_t kk = 0; kk < 128; ++kk)
         ASSERT_EQ(wt_h[(h * 512 + n) * 128 + kk], w[(h * 256 + kk) * 512 + n]) << h << "," << n << "," << kk;
   const int sms = query_device(0).sm_count;
-  DeviceBuffer sws(8 << 20);
+  DeviceBuffer sws = test::poisoned(8 << 20);
   std::vector<float> ob = test::random_vec(m * heads * 512, 3);
   DeviceBuffer dob = upload(test::to_bf16(ob));
   for (int table_m : {0, 16}) {

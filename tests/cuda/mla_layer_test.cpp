@@ -98,6 +98,13 @@ struct TwoStreams {
   Linear linear{lt, sws.data(), sws.size(), sms}, side_linear{side_lt, side_sws.data(), side_sws.size(), sms};
   Stream stream, side_stream;
   Event fork, kv_ready, gate_ready;
+  // The step's scratch and both split-K workspaces as NaN, queued on the main stream (the step forks the side
+  // stream from it, so the side stream's work follows the poison too).
+  void poison_scratch(DeviceArena& arena) {
+    test::poison_free_step(arena, stream);
+    poison(sws.data(), sws.size(), stream);
+    poison(side_sws.data(), side_sws.size(), stream);
+  }
   MlaSideStream side(int gate_sms = kMlaGateSmsAuto) {
     return MlaSideStream{side_stream, &side_linear, fork.get(), kv_ready.get(), gate_ready.get(), gate_sms};
   }
@@ -130,6 +137,8 @@ TEST(MlaLayer, DecodeStepMatchesCpuAbsorbedPath) {
       MlaLayerWeights gw = s.gweights();
       if (skinny_absorb) gw.w_uk_t = w_uk_t.as<__nv_bfloat16>();
       DeviceBuffer out = test::poisoned(batch * s.hidden * 2);
+      test::poison_free_step(arena, nullptr);
+      poison(sws.data(), sws.size(), nullptr);
       mla_decode_step(linear, arena, nullptr, s.gdims(), gw, cache.view(), dx.as<__nv_bfloat16>(), batch,
                       ds.as<int32_t>(), dl.as<int32_t>(), 131, out.as<__nv_bfloat16>());
       const auto got = test::from_bf16(download<uint16_t>(out.data(), batch * s.hidden));
@@ -182,12 +191,15 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
     new_latents.push_back(new_latent);
   }
   // Every call appends the same rows to the same slots, so the cache the next one reads is the same.
-  const auto run = [&](DeviceArena& on, int64_t max_keys, bool gate = true) {
+  // Scratch and split-K workspace NaN before each call, except in `first`, whose high-water mark is measured.
+  const auto run = [&](DeviceArena& on, int64_t max_keys, bool gate = true, bool poison_scratch = true) {
     SCOPED_TRACE("max_expanded_keys " + std::to_string(max_keys) + ", step region " +
                  std::to_string(on.step_capacity()) + (gate ? "" : ", no output gate"));
     MlaLayerDims dims = s.gdims();
     dims.output_gate = gate;
     DeviceBuffer out = test::poisoned(tokens * s.hidden * 2);
+    if (poison_scratch) test::poison_free_step(on, nullptr);
+    poison(sws.data(), sws.size(), nullptr);
     mla_prefill_step(linear, on, nullptr, dims, s.gweights(), cache.view(), dx.as<__nv_bfloat16>(), tokens, batch,
                      dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 30, 180, ds.as<int32_t>(),
                      out.as<__nv_bfloat16>(), false, max_keys);
@@ -207,7 +219,7 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
     EXPECT_EQ(on.step_used(), 0u) << "scratch released";
   };
   DeviceArena first(0, 256 << 20);
-  run(first, 0);
+  run(first, 0, true, false);
   // One pass took `one_pass` bytes, of which each context key's latent row, K and V `key_bytes`: a step region
   // a third of the keys short of it has room for passes only (one pass would fail to allocate).
   const uint64_t one_pass = first.step_high_water(), key_bytes = (576 + s.heads * 256) * 2;
@@ -301,6 +313,7 @@ TEST(MlaLayer, DecodeStepReplaysFromACudaGraph) {
   };
   step(eager);  // first call: plans and kernel attributes are set up outside the capture
   stream.synchronize();
+  t.poison_scratch(arena);  // the replay must write its scratch itself, not find the eager call's
   replay_once(stream, [&] { step(replay); });
   EXPECT_EQ(download<uint16_t>(eager.data(), batch * s.hidden), download<uint16_t>(replay.data(), batch * s.hidden));
 
@@ -312,10 +325,12 @@ TEST(MlaLayer, DecodeStepReplaysFromACudaGraph) {
     mla_decode_step(linear, arena, stream, s.gdims(), gw, cache.view(), dx.as<__nv_bfloat16>(), batch, ds.as<int32_t>(),
                     dl.as<int32_t>(), 91, out.as<__nv_bfloat16>(), false, &side);
   };
+  t.poison_scratch(arena);
   side_step(side_eager);
   stream.synchronize();
   EXPECT_EQ(download<uint16_t>(side_eager.data(), batch * s.hidden),
             download<uint16_t>(eager.data(), batch * s.hidden));
+  t.poison_scratch(arena);
   replay_once(stream, [&] { side_step(side_replay); });
   EXPECT_EQ(download<uint16_t>(side_replay.data(), batch * s.hidden),
             download<uint16_t>(eager.data(), batch * s.hidden));
@@ -383,10 +398,12 @@ TEST(MlaLayer, DecodeStepGraphReplaysAcrossSteps) {
       // Each run appends this step's latent at the slots: the cache is restored so both see the same rows.
       copy_in(cache.dev, cache_bits.data(), cache_bits.size() * 2);
       poison(eager.data(), eager.size(), stream);
+      t.poison_scratch(arena);
       step(eager);
       stream.synchronize();
       copy_in(cache.dev, cache_bits.data(), cache_bits.size() * 2);
       poison(replayed.data(), replayed.size(), stream);
+      t.poison_scratch(arena);
       graph.launch();
       stream.synchronize();
       const auto want = download<uint16_t>(eager.data(), batch * s.hidden);
@@ -543,7 +560,9 @@ TEST(MlaLayer, DecodeStepWithTheGateOnItsOwnSms) {
     };
     DeviceBuffer one = test::poisoned(s.hidden * 2), kept = test::poisoned(s.hidden * 2),
                  replay = test::poisoned(s.hidden * 2);
+    t.poison_scratch(arena);
     step(one, nullptr);
+    t.poison_scratch(arena);
     step(kept, &side);
     stream.synchronize();
     std::vector<float> ref(s.hidden), new_latent(576);
@@ -555,6 +574,7 @@ TEST(MlaLayer, DecodeStepWithTheGateOnItsOwnSms) {
     EXPECT_LE(test::rel_err(got_kept, ref), 1e-2);
     EXPECT_LE(test::rel_err(got_kept, got_one), 1e-2);
 
+    t.poison_scratch(arena);
     replay_once(stream, [&] { step(replay, &side); });
     EXPECT_EQ(download<uint16_t>(replay.data(), s.hidden), download<uint16_t>(kept.data(), s.hidden));
 

@@ -156,6 +156,17 @@ inline DeviceBuffer poisoned(size_t bytes) {
   return buf;
 }
 
+// Scratch as NaN: every free byte of `arena`'s step region 0xff (NaN in bf16, f16 and f32; -1 as an integer),
+// queued on `stream`. A step that reads scratch it did not write itself (nothing, an earlier step's values, or
+// in a graph replay the eager warm-up's) then gives NaN rather than a plausible result. compute-sanitizer's
+// initcheck cannot tell: it does not see the writes of tensor-copy (TMA) stores, which cuBLASLt's kernels and
+// ours make (scripts/gpu_sanitize.sh). The arena's high-water mark then counts the whole region.
+inline void poison_free_step(DeviceArena& arena, cudaStream_t stream) {
+  const uint64_t mark = arena.mark(), bytes = arena.step_capacity() - arena.step_used();
+  if (bytes > 0) poison(arena.allocate_step(bytes, "test.poison", 1), bytes, stream);
+  arena.rewind(mark);
+}
+
 // ‖out − ref‖ / ‖ref‖; any NaN in out gives +inf.
 // Values [first, first + count) of v: one sequence's (or row's) part of a flat result, compared on its own so that
 // a short sequence's error cannot hide in a joint norm with a long one's.
