@@ -1,15 +1,27 @@
 #include "kimirt/runtime/cpu_cache_store.h"
 
 #include <algorithm>
+#include <mutex>
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/memory_info.h"
 
 namespace kimirt::runtime {
 
+namespace {
+// The ranks of an in-process group build their stores side by side. Checked and filled one at a time, each
+// store's check sees the memory the stores before it took (their zeros are written here, so their pages count
+// against MemAvailable) rather than every rank seeing the same free memory at once.
+std::mutex& construction_mutex() {
+  static std::mutex m;
+  return m;
+}
+}  // namespace
+
 CpuCacheStore::CpuCacheStore(const model::ModelConfig& config, const cpu::KdaDims& kda, const cpu::MlaDims& mla,
                              const CacheConfig& cache)
     : cache_(cache), kda_dims_(kda), latent_width_(mla.latent_width()) {
+  const std::lock_guard<std::mutex> one_at_a_time(construction_mutex());
   const uint64_t need = bytes_for(config, kda, mla, cache);
   if (const auto available = available_memory_bytes(); available && need > *available) {
     throw OutOfMemory(fmt::format(
