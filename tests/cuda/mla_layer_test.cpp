@@ -503,20 +503,11 @@ TEST(MlaLayer, DecodeStepRefusesBeforeQueuing) {
           Bad{short_rows, 101, "max_seq_len 101 needs 2 pages of 64 rows, more than a block table row"}}) {
       SCOPED_TRACE(testing::Message() << b.needle << (two_streams ? ", two streams" : ", one stream"));
       const MlaSideStream side = t.side();
-      KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal));
-      std::string what = "accepted";
-      try {
+      const auto [what, nodes] = test::queued_by(t.stream, [&] {
         mla_decode_step(t.linear, arena, t.stream, s.gdims(), s.gweights(), b.view, dx.as<__nv_bfloat16>(), 1,
                         ds.as<int32_t>(), dl.as<int32_t>(), b.max_seq_len, out.as<__nv_bfloat16>(), false,
                         two_streams ? &side : nullptr);
-      } catch (const Error& e) {
-        what = e.what();
-      }
-      cudaGraph_t graph = nullptr;
-      KIMIRT_CUDA_CHECK(cudaStreamEndCapture(t.stream, &graph));
-      size_t nodes = 0;
-      KIMIRT_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
-      KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+      });
       EXPECT_NE(what.find(b.needle), std::string::npos) << what;
       EXPECT_EQ(nodes, 0u) << "work queued before the refusal";
     }

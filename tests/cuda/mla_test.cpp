@@ -291,6 +291,20 @@ TEST(MlaPrefill, RejectsMissingTotalsAndOutOfRangeStrides) {
   bad = a;
   bad.scale = -0.1f;  // not replaced by the default, refused
   EXPECT_THROW(mla_prefill(nullptr, bad), kimirt::Error);
+  // Row strides too short for the columns the copies read: a key row of 120 no-rope values, 56 rope values,
+  // and two heads whose second head's values (hs_v 256: columns 256-383) pass a row of 256.
+  for (const auto& [ld_k_nope, ld_k_pe, ld_v] : {std::tuple{120, 576, 256}, {256, 56, 256}, {512, 576, 256}}) {
+    bad = a;
+    bad.heads = 2, bad.ld_q = 384, bad.ld_out = 256;
+    bad.ld_k_nope = ld_k_nope, bad.ld_k_pe = ld_k_pe, bad.ld_v = ld_v;
+    if (ld_k_nope == 120 || ld_k_pe == 56) bad.heads = 1, bad.ld_q = 192, bad.ld_out = 128;
+    try {
+      mla_prefill(nullptr, bad);
+      ADD_FAILURE() << "accepted ld_k_nope " << ld_k_nope << ", ld_k_pe " << ld_k_pe << ", ld_v " << ld_v;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("must hold the last head's columns"), std::string::npos) << e.what();
+    }
+  }
   EXPECT_NO_THROW(mla_prefill(nullptr, a));
   KIMIRT_CUDA_CHECK(cudaDeviceSynchronize());
 }

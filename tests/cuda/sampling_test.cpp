@@ -633,6 +633,25 @@ TEST(Sampling, SeedsDrawDifferentTokensAndTheSameSeedTheSameToken) {
   for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(b[rows - 1 - r], a[r]) << "seed " << 1000 + r;
 }
 
+// More rows than sample() takes are refused before the logits GEMM is queued, on the whole vocabulary as on a
+// shard: a refused call leaves the stream as it was (the capture records no node).
+TEST(Sampling, LmHeadRefusesMoreRowsThanSampleTakesBeforeQueuing) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t m = 65536, hidden = 64, vocab = 16;
+  DeviceBuffer ws(8 << 20), sws(8 << 20);
+  GemmLt lt(ws.data(), ws.size());
+  Linear linear(lt, sws.data(), sws.size(), query_device(0).sm_count);
+  DeviceBuffer x(m * hidden * 2), w(vocab * hidden * 2), logits(m * vocab * 4), ids(m * 4);
+  DeviceBuffer dp = upload(std::vector<SamplingParams>(m));
+  Stream stream;
+  const auto [what, nodes] = test::queued_by(stream, [&] {
+    lm_head_sample(linear, stream, x.as<__nv_bfloat16>(), m, hidden, w.as<__nv_bfloat16>(), VocabShard{0, vocab, vocab},
+                   logits.as<float>(), vocab, dp.as<SamplingParams>(), ids.as<int32_t>());
+  });
+  EXPECT_NE(what.find("lm_head: 65536 rows, sample() takes at most 65535"), std::string::npos) << what;
+  EXPECT_EQ(nodes, 0u) << "work queued before the refusal";
+}
+
 // A sharded call: temperature-only rows are sampled on the shard and joined; once any row is filtered, every
 // row is sampled from the gathered vocabulary; a call without what that needs is refused before anything runs.
 // The fake cross step stands for a second rank whose logits are all -inf, so every id must be this shard's.

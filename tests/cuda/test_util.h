@@ -16,6 +16,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kimirt/cuda/check.h"
@@ -154,6 +155,25 @@ inline DeviceBuffer poisoned(size_t bytes) {
   DeviceBuffer buf(bytes + 16);
   poison(buf.data(), buf.size(), nullptr);
   return buf;
+}
+
+// Runs `call` with `stream` captured, so that nothing it queues runs: the text of what it threw ("accepted"
+// when nothing) and how many nodes it queued. A call meant to refuse before queuing leaves 0 nodes.
+template <typename F>
+std::pair<std::string, size_t> queued_by(cudaStream_t stream, F call) {
+  KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  std::string what = "accepted";
+  try {
+    call();
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  KIMIRT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  size_t nodes = 0;
+  KIMIRT_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  KIMIRT_CUDA_CHECK(cudaGraphDestroy(graph));
+  return {what, nodes};
 }
 
 // Scratch as NaN: every free byte of `arena`'s step region 0xff (NaN in bf16, f16 and f32; -1 as an integer),

@@ -22,11 +22,11 @@ void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
                     uint64_t sampling_workspace_bytes) {
   const bool sharded = shard.size != shard.total;
   // Before any launch: a refused call leaves the stream untouched.
+  KIMIRT_CHECK(m <= 65535, "lm_head: {} rows, sample() takes at most 65535", m);
   if (sharded) {
     KIMIRT_CHECK(tp.cross, "lm_head: a vocabulary shard [{}, {}) of {} needs a cross-shard step", shard.offset,
                  shard.offset + shard.size, shard.total);
     KIMIRT_CHECK(m <= tp.cross->max_rows(), "lm_head: {} rows, the cross-shard step holds {}", m, tp.cross->max_rows());
-    KIMIRT_CHECK(m <= 65535, "lm_head: {} rows, sample() takes at most 65535", m);
     if (tp.any_filtered) {
       KIMIRT_CHECK(tp.full_logits && tp.ld_full >= shard.total,
                    "lm_head: filtered rows on a vocabulary shard sample the gathered vocabulary: full_logits [{}, {}] "

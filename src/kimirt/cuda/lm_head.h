@@ -82,8 +82,9 @@ struct ShardedSampling {
 };
 
 // Logits, sampling and, when sharded, the cross-rank step; ids [m] on the device. sampling_workspace: see
-// sample(). Throws before launching anything when a sharded call lacks what `tp` must hold or has more rows
-// than its cross step or sample() take; that `cross` was built for this shard is the caller's to keep.
+// sample(). Throws before launching anything when a call has more rows than sample() takes, or a sharded call
+// lacks what `tp` must hold or has more rows than its cross step; that `cross` was built for this shard is the
+// caller's to keep.
 void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x, int64_t m, int64_t hidden,
                     const __nv_bfloat16* w_shard, const VocabShard& shard, float* logits, int64_t ld_logits,
                     const SamplingParams* params, int32_t* ids, const ShardedSampling& tp = {},

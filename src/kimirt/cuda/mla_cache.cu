@@ -165,7 +165,8 @@ void mla_gather_latent(cudaStream_t stream, const __nv_bfloat16* cache, int page
       page_size > 0 && cache && block_table && cu_out && out && detail::aligned16(cache) && detail::aligned16(out),
       "mla_gather_latent: page_size ", page_size, " or a null/unaligned pointer");
   const int rows_per_block = 8;
-  const dim3 grid(static_cast<unsigned>((max_len + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(batch));
+  const dim3 grid(static_cast<unsigned>((int64_t{max_len} + rows_per_block - 1) / rows_per_block),
+                  static_cast<unsigned>(batch));
   gather_latent_kernel<<<grid, rows_per_block * 32, 0, stream>>>(cache, page_size, block_table, ld_block_table, cu_out,
                                                                  first_rows, out);
   KIMIRT_CUDA_CHECK_LAUNCH();

@@ -85,7 +85,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* map, const MlaDecodeA
                                         int nxt) {
   const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.ld_block_table;
   const int ps = a.page_size;
-  const int page_end = (k_end + ps - 1) / ps;
+  const int page_end = static_cast<int>((int64_t{k_end} + ps - 1) / ps);  // k_end may be within a page of 2^31
   int base = k_start / ps;
   auto entry = [&](int page) { return page < page_end ? __ldg(table + page) : 0; };
   // Evict-first: the automatic plan gives kMma16 at most 16 heads, one head group, so each cache row is read once

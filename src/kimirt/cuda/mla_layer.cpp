@@ -16,7 +16,9 @@ using bf16 = __nv_bfloat16;
 constexpr int64_t kQk = 192, kNope = 128, kV = 128, kKvB = 256;
 
 void check_dims(const MlaLayerDims& d, const MlaLayerWeights& w) {
-  KIMIRT_CHECK(d.hidden > 0 && d.heads > 0, "MLA layer: hidden {} and heads {} must be positive", d.hidden, d.heads);
+  KIMIRT_CHECK(d.hidden > 0 && d.heads > 0 && d.heads <= 65535,
+               "MLA layer: hidden {} and heads {} must be positive (heads at most 65535, the kernels' grid)", d.hidden,
+               d.heads);
   if (d.q_lora_rank > 0) {
     KIMIRT_CHECK(w.q_a_proj && w.q_a_norm && w.q_b_proj,
                  "MLA layer: q_lora_rank {} needs q_a_proj, q_a_layernorm "

@@ -326,6 +326,12 @@ void mla_prefill(cudaStream_t stream, const MlaPrefillArgs& a, MlaPrefillKernel 
                           (a.heads - 1) * a.hs_v + kDv < k2g,
                       "mla_prefill: head strides hs_k_nope ", a.hs_k_nope, " and hs_v ", a.hs_v,
                       " must not be negative, and the last head's columns must end below 2^31");
+  // A key row must hold every head's columns: a shorter row stride would make the last key's copies read past
+  // the total_k rows the caller has.
+  KIMIRT_CUDA_REQUIRE(a.ld_k_nope >= (a.heads - 1) * a.hs_k_nope + kDnope && a.ld_k_pe >= kDqk - kDnope &&
+                          a.ld_v >= (a.heads - 1) * a.hs_v + kDv,
+                      "mla_prefill: row strides ld_k_nope ", a.ld_k_nope, ", ld_k_pe ", a.ld_k_pe, ", ld_v ", a.ld_v,
+                      " must hold the last head's columns ((heads-1)*hs_k_nope + 128, 64, (heads-1)*hs_v + 128)");
   KIMIRT_CUDA_REQUIRE(!a.lse || a.ld_lse >= a.heads, "mla_prefill: ld_lse ", a.ld_lse, " must be >= heads (", a.heads,
                       ")");
   KIMIRT_CUDA_REQUIRE(std::isfinite(a.scale) && a.scale >= 0.0f, "mla_prefill: scale ", a.scale,
