@@ -450,12 +450,47 @@ TEST(Gemm, AccumulateIntoYAndDispatcher) {
   }
 }
 
+// The MLA prefill's key expansion at K3's 96 heads per GPU, y [keys, 24576] = latent [keys, 576: first 512] ·
+// kv_bᵀ, has more than 2^31 outputs from 87382 keys on (a context of 128k keys: 3.2e9): offsets past 2^31 must
+// not wrap. The rows from the one holding output 2^31 on are checked whole for outputs left unwritten, and
+// outputs there and before it sampled against fp64.
+TEST(Gemm, LinearOutputPast2To31Elements) {
+  KIMIRT_REQUIRE_GPU();
+  const int64_t m = 87552, n = 96 * 256, k = 512, ldx = 576;
+  ASSERT_GT(m * n, int64_t{1} << 31);
+  std::vector<float> x = test::random_vec(m * ldx, 71), w = test::random_vec(n * k, 72, -0.05f, 0.05f);
+  DeviceBuffer dx = upload(test::to_bf16(x)), dw = upload(test::to_bf16(w));  // x and w now bf16-rounded
+  DeviceBuffer y = test::poisoned(m * n * 2), ws(32 << 20), sws = test::poisoned(8 << 20);
+  GemmLt lt(ws.data(), ws.size());
+  Linear linear(lt, sws.data(), sws.size(), query_device(0).sm_count);
+  linear(nullptr, dx.as<__nv_bfloat16>(), ldx, dw.as<__nv_bfloat16>(), k, y.data(), OutType::kBF16, n, m, n, k);
+  const int64_t first = (int64_t{1} << 31) / n, rows = m - first;
+  const std::vector<float> tail = test::from_bf16(download<uint16_t>(y.as<uint16_t>() + first * n, rows * n));
+  EXPECT_EQ(std::count_if(tail.begin(), tail.end(), [](float v) { return !std::isfinite(v); }), 0)
+      << "outputs of rows " << first << ".." << m - 1 << " left unwritten";
+  std::mt19937 rng(73);
+  std::vector<float> got, ref;
+  for (int s = 0; s < 3000; ++s) {
+    // The last output first; then 2500 in the rows past 2^31, 500 before them.
+    const int64_t i = s == 0 ? m - 1 : s <= 2500 ? first + rng() % rows : rng() % first;
+    const int64_t j = s == 0 ? n - 1 : rng() % n;
+    double acc = 0.0;
+    for (int64_t kk = 0; kk < k; ++kk) acc += static_cast<double>(x[i * ldx + kk]) * w[j * k + kk];
+    ref.push_back(static_cast<float>(acc));
+    got.push_back(i >= first ? tail[(i - first) * n + j]
+                             : test::from_bf16(download<uint16_t>(y.as<uint16_t>() + i * n + j, 1))[0]);
+  }
+  EXPECT_EQ(beyond_bf16_step(got, ref), 0);
+}
+
 TEST(Gemm, BatchedAbsorptionLayout) {
   KIMIRT_REQUIRE_GPU();
   // y_h[m, 512] = x_h[m, 128] · W_h[128, 512] for 5 heads, the MLA q absorption (W not transposed).
   const int64_t heads = 5, m = 3, kdim = 128, ndim = 512;
   std::vector<float> x = test::random_vec(m * heads * 192, 1), w = test::random_vec(heads * 256 * ndim, 2, -0.1f, 0.1f);
-  DeviceBuffer dx = upload(test::to_bf16(x)), dw = upload(test::to_bf16(w));
+  std::vector<float> xr = x, wr = w;  // to_bf16 rounds its argument in place
+  DeviceBuffer dx = upload(test::to_bf16(xr));
+  DeviceBuffer dw = upload(test::to_bf16(wr));
   DeviceBuffer y = test::poisoned(m * heads * 576 * 2);
   DeviceBuffer ws(16 << 20);
   GemmLt lt(ws.data(), ws.size());
