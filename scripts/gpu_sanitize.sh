@@ -44,17 +44,21 @@ start=$(date +%s)
 }
 echo "build: $(( $(date +%s) - start )) s; tool $TOOL, $PARALLEL at once, $TEST_TIMEOUT s per test" | tee -a "$summary"
 
-BIN="$PWD/$BUILD/tests/test_cuda"
+[[ $BUILD == /* ]] || BUILD="$PWD/$BUILD"
+BIN="$BUILD/tests/test_cuda"
 LOGS=$(mktemp -d)
+trap 'rm -rf "$LOGS"' EXIT
 # gtest's listing: suite lines end in '.', test lines are indented (parameterized ones carry a comment).
 mapfile -t tests < <("$BIN" --gtest_list_tests --gtest_filter="$FILTER" |
   awk '/^[^ ]/{suite=$1} /^  /{print suite $1}')
 echo "tests: ${#tests[@]}" | tee -a "$summary"
+# An empty list (a filter that matches nothing, a binary that cannot start) must not read as a clean sweep.
+(( ${#tests[@]} > 0 )) || { echo "no tests listed for filter '$FILTER'" | tee -a "$summary"; exit 1; }
 
 run_one() {
   local t=$1 log="$LOGS/${1//[^A-Za-z0-9_.-]/_}.log" s=$SECONDS rc
   # API errors are left out: several tests provoke failing calls on purpose (and NCCL probes its kernels).
-  timeout "$TEST_TIMEOUT" "$SANITIZER" --tool "$TOOL" --report-api-errors no --error-exitcode 86 --print-limit 20 \
+  timeout -k 10 "$TEST_TIMEOUT" "$SANITIZER" --tool "$TOOL" --report-api-errors no --error-exitcode 86 --print-limit 20 \
     "$BIN" --gtest_filter="$t" >"$log" 2>&1
   rc=$?
   local errors verdict
@@ -75,7 +79,7 @@ export -f run_one
 export BIN LOGS TOOL TEST_TIMEOUT SANITIZER
 
 start=$(date +%s)
-printf '%s\n' "${tests[@]}" | xargs -P "$PARALLEL" -I{} bash -c 'run_one "$@"' _ {} | sort >>"$summary"
+printf '%s\n' "${tests[@]}" | xargs -d '\n' -P "$PARALLEL" -I{} bash -c 'run_one "$@"' _ {} | sort >>"$summary"
 echo "sweep: $(( $(date +%s) - start )) s; $(grep -c '^clean' "$summary") clean, $(grep -c '^host-only' "$summary") host-only, $(grep -c '^skipped' "$summary") skipped, $(grep -cE '^(SANITIZER|TIMEOUT|FAILED)' "$summary") not" |
   tee -a "$summary"
 grep -E '^(SANITIZER|TIMEOUT|FAILED)' "$summary"

@@ -191,7 +191,8 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
     new_latents.push_back(new_latent);
   }
   // Every call appends the same rows to the same slots, so the cache the next one reads is the same.
-  // Scratch and split-K workspace NaN before each call, except in `first`, whose high-water mark is measured.
+  // The split-K workspace NaN before every call, and the step region's free bytes too except in `first` (its
+  // high-water mark is measured; the same one-pass call then runs over NaN scratch in `arena`).
   const auto run = [&](DeviceArena& on, int64_t max_keys, bool gate = true, bool poison_scratch = true) {
     SCOPED_TRACE("max_expanded_keys " + std::to_string(max_keys) + ", step region " +
                  std::to_string(on.step_capacity()) + (gate ? "" : ", no output gate"));
@@ -224,7 +225,7 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
   // a third of the keys short of it has room for passes only (one pass would fail to allocate).
   const uint64_t one_pass = first.step_high_water(), key_bytes = (576 + s.heads * 256) * 2;
   // Passes of 75 keys end exactly where sequence 0's cached rows do (150), beside the empty sequence 1.
-  for (const int64_t max_keys : {int64_t{59}, int64_t{75}, int64_t{200}}) run(arena, max_keys);
+  for (const int64_t max_keys : {int64_t{0}, int64_t{59}, int64_t{75}, int64_t{200}}) run(arena, max_keys);
   // Without the output gate: the last merge only normalizes (and one pass has no gate to apply).
   for (const int64_t max_keys : {int64_t{0}, int64_t{59}}) run(arena, max_keys, false);
   // The chunk's rows were appended to the cache (the slots held random rows before the first call).

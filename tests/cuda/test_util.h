@@ -157,8 +157,9 @@ inline DeviceBuffer poisoned(size_t bytes) {
   return buf;
 }
 
-// Runs `call` with `stream` captured, so that nothing it queues runs: the text of what it threw ("accepted"
-// when nothing) and how many nodes it queued. A call meant to refuse before queuing leaves 0 nodes.
+// Runs `call` with `stream` captured: what it queues there (and on streams it forks from it) is recorded, not
+// run. Returns the text of what it threw ("accepted" when nothing) and how many nodes it queued; a call meant to
+// refuse before queuing leaves 0. Work it queues on other streams is neither captured nor counted.
 template <typename F>
 std::pair<std::string, size_t> queued_by(cudaStream_t stream, F call) {
   KIMIRT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));

@@ -18,6 +18,8 @@ namespace kimirt::cuda {
 struct MlaPrefillArgs {
   const __nv_bfloat16* q = nullptr;  // [Tq_total, heads, 192]: token stride ld_q, head stride 192
   int64_t ld_q = 0;
+  // Each token row holds every head's columns: ld_k_nope >= (heads-1)·hs_k_nope + 128, ld_k_pe >= 64,
+  // ld_v >= (heads-1)·hs_v + 128 (checked).
   const __nv_bfloat16* k_nope = nullptr;  // token stride ld_k_nope, head stride hs_k_nope, 128 dims
   int64_t ld_k_nope = 0, hs_k_nope = 0;
   const __nv_bfloat16* k_pe = nullptr;  // [Tk_total, 64], token stride ld_k_pe (shared by heads)

@@ -11,7 +11,8 @@ namespace kimirt::runtime {
 namespace {
 // The ranks of an in-process group build their stores side by side. Checked and filled one at a time, each
 // store's check sees the memory the stores before it took (their zeros are written here, so their pages count
-// against MemAvailable) rather than every rank seeing the same free memory at once.
+// against MemAvailable) rather than every rank seeing the same free memory at once. Only the stores: the ranks'
+// weight copies are made side by side, outside this lock, and a check cannot see those still to come.
 std::mutex& construction_mutex() {
   static std::mutex m;
   return m;
