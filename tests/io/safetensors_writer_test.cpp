@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -131,6 +136,45 @@ TEST(SafetensorsWriter, ReplacesAtomicallyAndLeavesNoTempOnFailure) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"blocked.safetensors", "m.safetensors"}));
+}
+
+// A FIFO (like a character device such as /dev/stdout) is written in place and stays a FIFO: renaming a temp
+// file over it would replace it by a regular file. A symbolic link stays a link and its file is replaced.
+TEST(SafetensorsWriter, WritesIntoAFifoAndThroughASymbolicLink) {
+  ScratchDir dir;
+  const std::string one = f32_bytes({1}), two = f32_bytes({2, 2});
+  SafetensorsWriter w;
+  w.add("x", DType::kF32, {1}, span_of(one));
+  const auto fifo = dir / "pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Opened for reading and writing, non-blocking: the writer's open does not wait for a reader, and the file
+  // (far below the pipe's 64 KB) sits in the pipe until read here; a write that went elsewhere leaves it empty.
+  const int rfd = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);
+  ASSERT_GE(rfd, 0);
+  w.write(fifo);
+  std::string got(1 << 16, '\0');
+  const ssize_t n = ::read(rfd, got.data(), got.size());
+  ::close(rfd);
+  got.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  EXPECT_EQ(got, as_string(w.serialize()));
+  EXPECT_TRUE(std::filesystem::is_fifo(std::filesystem::symlink_status(fifo)));
+
+  const auto file = dir / "real.safetensors", link = dir / "link.safetensors";
+  w.write(file);
+  std::filesystem::create_symlink(file.filename(), link);
+  SafetensorsWriter second;
+  second.add("y", DType::kF32, {2}, span_of(two));
+  second.write(link);
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  const auto written = SafetensorsFile::open(file);
+  EXPECT_EQ(written.find("x"), nullptr);
+  EXPECT_NE(written.find("y"), nullptr);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"link.safetensors", "pipe", "real.safetensors"})) << "no temp left";
 }
 
 TEST(SafetensorsWriter, RefusesWhatTheReaderWouldReject) {

@@ -164,13 +164,23 @@ void run_rank(const RankInputs& in, Comm& comm) {
 
 void run(const RunOptions& o) {
   if (!o.dump_logits.empty()) {
-    // Its directory is checked now, not after the load and the generation it would otherwise waste.
-    const fs::path parent = fs::absolute(fs::path(o.dump_logits)).parent_path();
+    // Checked now, not after the load and the generation it would otherwise waste. A FIFO or a device
+    // (/dev/stdout) is written in place, so it must be writable itself; a file is replaced through a temp file
+    // beside it (beside the file a symbolic link names), so its directory must be.
+    const fs::path path(o.dump_logits);
     std::error_code ec;
-    KIMIRT_CHECK(!fs::is_directory(fs::path(o.dump_logits), ec),
-                 "--dump-logits {}: is a directory; give the file to write", o.dump_logits);
-    KIMIRT_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0,
-                 "--dump-logits {}: {} is not a directory this process can write to", o.dump_logits, parent.string());
+    const fs::file_status st = fs::status(path, ec);
+    KIMIRT_CHECK(!fs::is_directory(st), "--dump-logits {}: is a directory; give the file to write", o.dump_logits);
+    if (fs::exists(st) && !fs::is_regular_file(st)) {
+      KIMIRT_CHECK(::access(path.c_str(), W_OK) == 0, "--dump-logits {}: this process cannot write to it",
+                   o.dump_logits);
+    } else {
+      const fs::path file = fs::exists(st) ? fs::canonical(path, ec) : fs::absolute(path);
+      const fs::path parent = file.parent_path();
+      KIMIRT_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0,
+                   "--dump-logits {}: {} is not a directory this process can write to", o.dump_logits,
+                   parent.string());
+    }
   }
   ThreadPool::set_global_threads(o.threads);
   const runtime::Device device = runtime::parse_device(o.device);

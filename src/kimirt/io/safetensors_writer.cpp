@@ -210,27 +210,47 @@ void SafetensorsWriter::write(const std::filesystem::path& path) const {
   auto fail_io = [&](std::string_view what, int error) {
     throw SafetensorsError(Kind::kIo, label, "", fmt::format("{}: {}", what, errno_text(error)));
   };
+  auto write_all = [&](int fd) {
+    uint8_t prefix[8];
+    const uint64_t n = head.size();
+    for (int i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(n >> (8 * i));
+    IoResult r = write_full(fd, prefix, sizeof(prefix));
+    if (r.error == 0) r = write_full(fd, head.data(), head.size());
+    for (const Entry* e : ordered()) {
+      if (r.error != 0) break;
+      r = write_full(fd, e->bytes.data(), e->bytes.size());
+    }
+    if (r.error != 0) fail_io("write failed", r.error);
+  };
 
-  std::string temp_name = label + ".tmp.XXXXXX";
+  // What the path names decides how it is written. Something other than a regular file or a directory (a
+  // FIFO, a character device such as /dev/stdout, reached through symbolic links or not) is written in place:
+  // a temp file renamed over it would replace it by a regular file (as root, /dev/null became one). A
+  // symbolic link to a regular file stays a link: the temp file goes beside the file it names.
+  std::string target = label;
+  struct stat st {};
+  if (::stat(label.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    UniqueFd fd(::open(label.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd.valid()) fail_io("cannot open it for writing", errno);
+    write_all(fd.get());
+    if (::close(fd.release()) != 0) fail_io("close failed", errno);
+    return;
+  }
+  if (char* resolved = ::realpath(label.c_str(), nullptr)) {  // existing: through any symbolic links
+    target = resolved;
+    free(resolved);
+  }
+
+  std::string temp_name = target + ".tmp.XXXXXX";
   UniqueFd fd(::mkstemp(temp_name.data()));
   if (!fd.valid()) fail_io("cannot create a temp file beside it", errno);
   TempFile temp(temp_name);
   // mkstemp creates 0600; a checkpoint is meant to be shared like any file written with open().
   if (::fchmod(fd.get(), 0644) != 0) fail_io("cannot set permissions", errno);
-
-  uint8_t prefix[8];
-  const uint64_t n = head.size();
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(n >> (8 * i));
-  IoResult r = write_full(fd.get(), prefix, sizeof(prefix));
-  if (r.error == 0) r = write_full(fd.get(), head.data(), head.size());
-  for (const Entry* e : ordered()) {
-    if (r.error != 0) break;
-    r = write_full(fd.get(), e->bytes.data(), e->bytes.size());
-  }
-  if (r.error != 0) fail_io("write failed", r.error);
+  write_all(fd.get());
   if (::fsync(fd.get()) != 0) fail_io("fsync failed", errno);
   if (::close(fd.release()) != 0) fail_io("close failed", errno);
-  if (::rename(temp_name.c_str(), label.c_str()) != 0) fail_io("cannot rename the temp file into place", errno);
+  if (::rename(temp_name.c_str(), target.c_str()) != 0) fail_io("cannot rename the temp file into place", errno);
   temp.keep();
 }
 

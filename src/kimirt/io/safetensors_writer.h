@@ -31,8 +31,9 @@ class SafetensorsWriter {
   std::string header() const;
   // The whole file in memory (tests, fuzzing, small files).
   std::vector<uint8_t> serialize() const;
-  // Writes `path` atomically: a temp file beside it, fsync, rename. Throws SafetensorsError(kIo) naming the
-  // path; no partial file is left behind.
+  // Writes `path` atomically: a temp file beside it (beside the file a symbolic link names), fsync, rename.
+  // Throws SafetensorsError(kIo) naming the path; no partial file is left behind. A path naming neither a
+  // regular file nor a directory (a FIFO, /dev/stdout) is written in place and stays what it is.
   void write(const std::filesystem::path& path) const;
 
  private:
