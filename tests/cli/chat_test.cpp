@@ -90,9 +90,13 @@ TEST(Chat, IdsOutsideTheVocabularyAreRefusedNamingTheFlag) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--ids: id 99999 is outside the model's vocabulary [0, 1024)"), std::string::npos)
       << r.output;
-  r = run_shell(kKimirt + " run -m " + model + " --ids 1 --stop-id 999999");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("--stop-id 999999: outside the model's vocabulary [0, 1024)"), std::string::npos) << r.output;
+  for (const std::string command :
+       {" run -m " + model + " --ids 1 --stop-id 999999", " chat -m " + model + " --stop-id 999999 < /dev/null"}) {
+    r = run_shell(kKimirt + command);
+    EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
+    EXPECT_NE(r.output.find("--stop-id 999999: outside the model's vocabulary [0, 1024)"), std::string::npos)
+        << command << ": " << r.output;
+  }
 }
 
 // --dump-logits naming an existing directory: refused before the load (it failed at the end, on the rename).

@@ -57,6 +57,11 @@ void chat(const ChatOptions& o) {
   // What can be refused is refused before the weights are read: the tokenizer, and --context.
   const io::Checkpoint checkpoint = io::Checkpoint::open(dir);
   const model::ModelConfig config = model::ModelConfig::from_json(checkpoint.config(), (dir / "config.json").string());
+  // As run does: a stop id past the vocabulary could never stop anything (it was refused line by line).
+  for (const int32_t id : o.sampling.stop_ids) {
+    KIMIRT_CHECK(id < config.vocab_size, "--stop-id {}: outside the model's vocabulary [0, {}), it could never stop",
+                 id, config.vocab_size);
+  }
   const auto tokenizer = find_tokenizer(dir, config.vocab_size);
   KIMIRT_CHECK(tokenizer.has_value(), "chat needs a tokenizer ({} in {}) of the model's vocabulary",
                text::kTiktokenModelFile, dir.string());
