@@ -65,6 +65,28 @@ TEST(NumericFlags, MaxTokensPastTheModelsPositionsIsRefused) {
   EXPECT_THAT(wrapped.output, HasSubstr("--max-tokens"));
 }
 
+// Counts that must be positive are whole decimal numbers in their type's range, refused naming the flag and the
+// range: CLI11's own checks let 99999999999999999999 saturate to 2^63 - 1 and read 0x10 as 16, and said "Value 0
+// not in range 0.000000 to 1797...".
+TEST(NumericFlags, CountsAreWholeDecimalNumbersInRange) {
+  const std::string model = " -m " + golden("k3-tiny");
+  const std::pair<std::string, std::string> bad[] = {
+      {" run" + model + " --ids 1 --prefill-chunk 99999999999999999999", "--prefill-chunk"},
+      {" run" + model + " --ids 1 --prefill-chunk 0", "--prefill-chunk"},
+      {" run" + model + " --ids 1 --threads 0x10", "--threads"},
+      {" run" + model + " --ids 1 --tp 0", "--tp"},
+      {" run" + model + " --ids 1 --ep 3000000000", "--ep"},
+      {" chat" + model + " --context 99999999999999999999 < /dev/null", "--context"},
+      {" chat" + model + " --threads 0 < /dev/null", "--threads"},
+      {" make-tiny /nonexistent/kimirt-x --hidden 0", "--hidden"},
+  };
+  for (const auto& [command, flag] : bad) {
+    const auto r = run_command(kimirt() + command);
+    EXPECT_NE(r.exit_code, 0) << command << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(flag + ": must be a whole number in [")) << command;
+  }
+}
+
 TEST(NumericFlags, ContextPastTheModelsPositionsIsRefused) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "kimirt-numeric-flags-model";
   std::filesystem::remove_all(dir);
@@ -120,8 +142,10 @@ namespace {
 TEST(NumericFlags, MakeTinySizesAndTokenizerFlagsAreChecked) {
   const std::string out = (std::filesystem::temp_directory_path() / "kimirt-make-tiny-flags").string();
   // --size-gb sets the expert count: an --experts beside it had been ignored.
+  // NaN passed CLI11's range check and became the defaults; a negative seed wrapped to 2^64 - 1.
   for (const char* bad : {"--size-gb 2e10", "--size-gb 0", "--shard-mb 1e30", "--no-tokenizer --tokenizer-from /tmp",
-                          "--experts 64 --size-gb 0.001"}) {
+                          "--experts 64 --size-gb 0.001", "--shard-mb nan", "--size-gb nan", "--seed -1",
+                          "--seed 18446744073709551616"}) {
     const auto r = run_command(kimirt() + " make-tiny " + out + " " + bad);
     EXPECT_NE(r.exit_code, 0) << bad << ": " << r.output;
     EXPECT_FALSE(std::filesystem::exists(out)) << bad << " wrote a checkpoint";

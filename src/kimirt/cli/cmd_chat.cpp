@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -223,8 +224,8 @@ const RegisterCommand kChat("chat", 20, [](CLI::App& app) {
   cmd->add_flag("--thinking", o->thinking, "K3: open the thinking channel before the response");
   add_sampling_options(cmd, o->sampling, "tokens per reply at most");
   cmd->add_option("--context", o->max_context, "tokens the conversation may hold (at most the model's positions)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", o->threads, "CPU threads")->check(CLI::Range(size_t{1}, kMaxThreads));
+      ->check(whole_number_in(1, std::numeric_limits<int64_t>::max()));
+  cmd->add_option("--threads", o->threads, "CPU threads")->check(whole_number_in(1, kMaxThreads));
   cmd->callback([o] { chat(*o); });
 });
 

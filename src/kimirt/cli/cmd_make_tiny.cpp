@@ -2,6 +2,7 @@
 // tests, benchmarks and demos, small by default or scaled to a size with --size-gb.
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include "kimirt/base/progress.h"
 #include "kimirt/base/timer.h"
 #include "kimirt/cli/command.h"
+#include "kimirt/cli/sampling_options.h"
 #include "kimirt/model/tiny_checkpoint.h"
 #include "kimirt/text/default_tokenizer.h"
 #include "kimirt/text/tokenizer.h"
@@ -39,7 +41,7 @@ CLI::Option* add_dim(CLI::App* cmd, const std::string& flag, std::optional<int64
   return cmd
       ->add_option_function<int64_t>(
           flag, [&field](const int64_t& v) { field = v; }, help)
-      ->check(zero_ok ? CLI::NonNegativeNumber : CLI::PositiveNumber);
+      ->check(whole_number_in(zero_ok ? 0 : 1, std::numeric_limits<int64_t>::max()));
 }
 
 void run(const MakeTinyOptions& o) {
@@ -92,13 +94,14 @@ const RegisterCommand kMakeTiny("make-tiny", 70, [](CLI::App& app) {
   cmd->add_option("--family", o->family, "model family")->check(CLI::IsMember({"k3", "kimi-linear"}));
   cmd->add_option("--experts-format", o->experts_format, "routed expert storage")
       ->check(CLI::IsMember({"mxfp4", "bf16", "fp8"}));
-  cmd->add_option("--seed", o->seed, "random seed (each tensor depends only on it and its name)");
+  cmd->add_option("--seed", o->seed, "random seed (each tensor depends only on it and its name)")
+      ->check(decimal_at_most(std::numeric_limits<uint64_t>::max()));
   // Bounded so that the byte counts they become fit 64 bits (a double past that converts to anything).
   cmd->add_option("--shard-mb", o->shard_mb, "shard size in MiB (a larger tensor gets a shard of its own)")
-      ->check(CLI::Range(1.0 / 1024, 1024.0 * 1024 * 1024));
+      ->check(number_in(1.0 / 1024, 1024.0 * 1024 * 1024, false, "[1/1024, 2^30]"));
   auto* size_gb =
       cmd->add_option("--size-gb", o->size_gb, "grow the number of experts until the checkpoint holds this many GiB")
-          ->check(CLI::Range(1.0 / 1024, 1024.0 * 1024));
+          ->check(number_in(1.0 / 1024, 1024.0 * 1024, false, "[1/1024, 2^20]"));
   cmd->add_option("--tokenizer-from", o->tokenizer_from,
                   "copy tiktoken.model and tokenizer_config.json from this directory (default for k3: the "
                   "built-in tokenizer, unless --vocab is given)");

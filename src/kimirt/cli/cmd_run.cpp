@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -178,8 +179,7 @@ void run(const RunOptions& o) {
       const fs::path file = fs::exists(st) ? fs::canonical(path, ec) : fs::absolute(path);
       const fs::path parent = file.parent_path();
       KIMIRT_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0,
-                   "--dump-logits {}: {} is not a directory this process can write to", o.dump_logits,
-                   parent.string());
+                   "--dump-logits {}: {} is not a directory this process can write to", o.dump_logits, parent.string());
     }
   }
   ThreadPool::set_global_threads(o.threads);
@@ -243,8 +243,9 @@ const RegisterCommand kRun("run", 10, [](CLI::App& app) {
   auto* ids = cmd->add_option("--ids", o->ids, "prompt token ids, comma separated: 1,2,3")->check(not_empty());
   text->excludes(ids);
   add_sampling_options(cmd, o->sampling, "tokens to generate at most");
-  cmd->add_option("--threads", o->threads, "CPU threads")->check(CLI::Range(size_t{1}, kMaxThreads));
-  cmd->add_option("--prefill-chunk", o->prefill_chunk, "longest prompt piece per step")->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", o->threads, "CPU threads")->check(whole_number_in(1, kMaxThreads));
+  cmd->add_option("--prefill-chunk", o->prefill_chunk, "longest prompt piece per step")
+      ->check(whole_number_in(1, std::numeric_limits<int64_t>::max()));
   cmd->add_option("--dump-logits", o->dump_logits,
                   "write prompt_logits [T, vocab] and step_logits [S, vocab] (row i chose token i) as F32 safetensors")
       ->check(not_empty());
@@ -254,11 +255,11 @@ const RegisterCommand kRun("run", 10, [](CLI::App& app) {
   cmd->add_option("--tp", o->tp,
                   "ranks: tensor parallelism over threads of this process, or under mpirun the number of processes "
                   "(its default)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number_in(1, std::numeric_limits<int>::max()));
   cmd->add_option("--ep", o->ep,
                   "expert parallelism: ranks the routed experts are spread over (divides --tp; the rest "
                   "cuts every expert, MoE-TP)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number_in(1, std::numeric_limits<int>::max()));
   cmd->add_flag("--attention-dp", o->attention_dp,
                 "attention data parallelism: each rank runs its own sequences (needs --ep equal to --tp)");
   cmd->add_option("--moe-comm", o->moe_comm,

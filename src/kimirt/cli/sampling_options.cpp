@@ -7,10 +7,7 @@
 #include <string>
 
 namespace kimirt::cli {
-namespace {
 
-// A finite number in [lo, hi] (or (lo, hi] when lo_open), checked as the flags are parsed: a bad value is
-// refused naming its flag before a model is loaded, not by every request afterwards.
 CLI::Validator number_in(double lo, double hi, bool lo_open, const std::string& range) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
@@ -24,12 +21,11 @@ CLI::Validator number_in(double lo, double hi, bool lo_open, const std::string& 
       range);
 }
 
-}  // namespace
-
-CLI::Validator decimal_at_most(uint64_t max) {
+CLI::Validator whole_number_in(uint64_t min, uint64_t max) {
   return CLI::Validator(
-      [max](std::string& text) -> std::string {
-        // Decimal digits only: CLI11 reads "010" as octal 8 and "-1" into an unsigned seed as 2^64 - 1.
+      [min, max](std::string& text) -> std::string {
+        // Decimal digits only: CLI11 reads "010" as octal 8, "0x10" as 16 and "-1" into an unsigned seed as
+        // 2^64 - 1, and saturates a number past its type.
         uint64_t v = 0;
         bool fits = !text.empty();
         for (char c : text) {
@@ -38,12 +34,17 @@ CLI::Validator decimal_at_most(uint64_t max) {
           if (!fits) break;
           v = v * 10 + d;
         }
-        if (!fits) return "must be a whole number in [0, " + std::to_string(max) + "] (decimal digits), got " + text;
+        if (!fits || v < min) {
+          return "must be a whole number in [" + std::to_string(min) + ", " + std::to_string(max) +
+                 "] (decimal digits), got " + text;
+        }
         text = std::to_string(v);  // without leading zeros, which CLI11 would take for octal
         return std::string();
       },
       "UINT");
 }
+
+CLI::Validator decimal_at_most(uint64_t max) { return whole_number_in(0, max); }
 
 const CLI::Validator& not_empty() {
   static const CLI::Validator v(
