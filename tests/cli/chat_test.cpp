@@ -108,11 +108,21 @@ TEST(Chat, DumpLogitsIntoADirectoryIsRefusedFirst) {
 }
 
 // Output that cannot be written (a full disk) is an error, not exit 0 with nothing written.
+// The help too (it exited 0); the reason is the failed flush's, not a stale errno ("failed: Success").
 TEST(Chat, OutputThatCannotBeWrittenIsAnError) {
-  const auto r =
-      run_shell("( " + kKimirt + " inspect --json " + kimirt::test::golden_dir("k3-tiny") + " > /dev/full )");
+  for (const std::string command : {" inspect --json " + kimirt::test::golden_dir("k3-tiny"), std::string(" --help")}) {
+    const auto r = run_shell("( " + kKimirt + command + " > /dev/full )");
+    EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
+    EXPECT_NE(r.output.find("writing to standard output failed"), std::string::npos) << command << ": " << r.output;
+    EXPECT_EQ(r.output.find("Success"), std::string::npos) << command << ": " << r.output;
+  }
+}
+
+// A first word that names no command is named back, with the commands there are.
+TEST(Chat, AnUnknownCommandIsNamed) {
+  const auto r = run_shell(kKimirt + " bogus");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("writing the output failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("unknown command 'bogus' (commands: inspect, run, chat"), std::string::npos) << r.output;
 }
 
 // --dump-logits into a directory that does not exist: refused before the model is loaded (it failed only at
