@@ -68,6 +68,19 @@ TEST(Chat, BadSamplingFlagsAreRefusedNamingTheFlag) {
 
 // run's text flags given as "" are refused, not read as "not given" (an empty -p used to generate from a
 // built-in prompt).
+// Text that is not UTF-8, refused naming the flag: a stop string could never match (it was taken), a prompt was
+// refused by the tokenizer after the load, naming no flag.
+TEST(Chat, TextFlagsThatAreNotUtf8AreRefused) {
+  for (const std::string command :
+       {" run -m /nonexistent --ids 1 --stop \"$(printf 'a\\377')\"", " run -m /nonexistent -p \"$(printf 'a\\377')\"",
+        " chat -m /nonexistent --stop \"$(printf '\\377')\" < /dev/null"}) {
+    const auto r = run_shell(kKimirt + command);
+    EXPECT_NE(r.exit_code, 0) << command << ": " << r.output;
+    EXPECT_NE(r.output.find("is not valid UTF-8"), std::string::npos) << command << ": " << r.output;
+    EXPECT_EQ(r.output.find("/nonexistent"), std::string::npos) << "refused before the model: " << r.output;
+  }
+}
+
 TEST(Chat, EmptyTextFlagsOfRunAreRefused) {
   for (const char* flag : {"-p", "--ids", "--dump-logits"}) {
     const auto r = run_shell(kKimirt + " run -m /nonexistent " + flag + " ''");

@@ -239,7 +239,7 @@ const RegisterCommand kRun("run", 10, [](CLI::App& app) {
                   "checkpoint directory (default: a small random Kimi K3, generated once into the cache directory)")
       ->check(not_empty());
   auto* text =
-      cmd->add_option("-p,--prompt", o->prompt, "prompt text (needs the model's tokenizer)")->check(not_empty());
+      cmd->add_option("-p,--prompt", o->prompt, "prompt text (needs the model's tokenizer)")->check(utf8_text());
   auto* ids = cmd->add_option("--ids", o->ids, "prompt token ids, comma separated: 1,2,3")->check(not_empty());
   text->excludes(ids);
   add_sampling_options(cmd, o->sampling, "tokens to generate at most");

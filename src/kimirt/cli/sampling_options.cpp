@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "kimirt/text/utf8.h"
+
 namespace kimirt::cli {
 
 CLI::Validator number_in(double lo, double hi, bool lo_open, const std::string& range) {
@@ -46,6 +48,17 @@ CLI::Validator whole_number_in(uint64_t min, uint64_t max) {
 
 CLI::Validator decimal_at_most(uint64_t max) { return whole_number_in(0, max); }
 
+const CLI::Validator& utf8_text() {
+  static const CLI::Validator v(
+      [](std::string& text) {
+        if (text.empty()) return std::string("must not be empty");
+        const size_t at = text::find_invalid_utf8(text);
+        return at == text.size() ? std::string() : "is not valid UTF-8 (byte " + std::to_string(at) + ")";
+      },
+      "TEXT");
+  return v;
+}
+
 const CLI::Validator& not_empty() {
   static const CLI::Validator v(
       [](std::string& text) { return text.empty() ? std::string("must not be empty") : std::string(); }, "TEXT");
@@ -70,7 +83,7 @@ void add_sampling_options(CLI::App* cmd, runtime::SamplingParams& sp, const std:
       ->check(number_in(-2.0, 2.0, false, "[-2, 2]"));
   cmd->add_option("--stop-id", sp.stop_ids, "stop after this token id (repeatable)")->check(decimal_at_most(kIntMax));
   cmd->add_option("--stop", sp.stop_strings, "stop before this text (repeatable; needs the tokenizer)")
-      ->check(not_empty());
+      ->check(utf8_text());
   cmd->add_flag("--ignore-eos", sp.ignore_eos, "keep going past the model's EOS id");
 }
 

@@ -17,6 +17,9 @@ void add_sampling_options(CLI::App* cmd, runtime::SamplingParams& sp, const std:
 
 // A text flag given as "" is refused naming the flag (an empty value must not read as "not given").
 const CLI::Validator& not_empty();
+// Text given as "" or not UTF-8 is refused naming the flag (a stop string that is not UTF-8 could never match
+// the decoded text; a prompt that is not was refused by the tokenizer, naming no flag).
+const CLI::Validator& utf8_text();
 
 // A finite number in [lo, hi] (or (lo, hi] when lo_open), checked as the float it is stored in (1e-46 is 0 as
 // a float), as the flags are parsed: a bad value (NaN, which a plain range check lets through, included) is
