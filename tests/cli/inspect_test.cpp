@@ -189,6 +189,28 @@ TEST(Inspect, MissingShardAndMissingConfigAreNamed) {
   fs::remove_all(dir);
 }
 
+// The files run and chat read beside the weights, read as they read them: a tokenizer or generation config they
+// would refuse fails inspect too, named (inspect said "ok").
+TEST(Inspect, TokenizerAndGenerationConfigThatRunRefusesAreNamed) {
+  const auto dir = copy_of("k3-tiny", "side-files");
+  std::ofstream(dir / "tiktoken.model") << "not base64 at all\n";
+  auto r = run_kimirt("inspect " + dir.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("tiktoken.model"), std::string::npos) << r.output;
+  fs::remove(dir / "tiktoken.model");
+  std::ofstream(dir / "generation_config.json") << "{\"eos_token_id\": 99999999}";
+  r = run_kimirt("inspect " + dir.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("generation_config.json: eos_token_id 99999999 is not a token id of the model"),
+            std::string::npos)
+      << r.output;
+  std::ofstream(dir / "generation_config.json") << "{\"eos_token_id\": ";
+  r = run_kimirt("inspect " + dir.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("generation_config.json"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
 TEST(Inspect, InvalidConfigFieldIsNamed) {
   const auto dir = copy_of("k3-tiny", "config");
   auto j = nlohmann::json::parse(std::ifstream(dir / "config.json"));

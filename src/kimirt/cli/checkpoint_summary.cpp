@@ -6,11 +6,13 @@
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/progress.h"
+#include "kimirt/cli/model_files.h"
 #include "kimirt/io/checkpoint.h"
 #include "kimirt/model/load_plan.h"
 #include "kimirt/model/schema.h"
 #include "kimirt/quant/weight_format.h"
 #include "kimirt/text/chat_family.h"
+#include "kimirt/text/tokenizer.h"
 
 namespace kimirt::cli {
 namespace {
@@ -91,6 +93,18 @@ CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir) {
   stage(s.errors, config_path, [&] { s.config = model::ModelConfig::from_json(checkpoint.config(), config_path); });
   if (s.config) {
     stage(s.errors, "the model's parameters", [&] { check_against_schema(checkpoint, s); });
+    // What run and chat read beside the weights, read as they read it: a tokenizer or generation config they
+    // would refuse is an error here too (inspect said "ok" for a garbage tiktoken.model).
+    stage(s.errors, text::kTiktokenModelFile, [&] {
+      if (!std::filesystem::is_regular_file(dir / text::kTiktokenModelFile)) return;
+      const auto tokenizer = text::Tokenizer::load(dir);
+      if (tokenizer.vocab_size() != s.config->vocab_size) {
+        s.warnings.push_back(
+            fmt::format("the tokenizer has {} ids, the model {}: run and chat print ids, -p is refused",
+                        tokenizer.vocab_size(), s.config->vocab_size));
+      }
+    });
+    stage(s.errors, "generation_config.json", [&] { (void)eos_ids(dir, *s.config); });
   }
   stage(s.warnings, "chat template", [&] { s.chat_template = text::inspect_chat_template(dir).describe(); });
   return s;
@@ -117,8 +131,8 @@ nlohmann::json model_json(const model::ModelConfig& c) {
       {"experts_per_token", c.num_experts_per_token},
       {"shared_experts", c.num_shared_experts},
       {"moe_intermediate_size", c.moe_intermediate_size},
-      {"latent_moe_width", c.routed_expert_hidden_size ? nlohmann::json(*c.routed_expert_hidden_size)
-                                                       : nlohmann::json(nullptr)},
+      {"latent_moe_width",
+       c.routed_expert_hidden_size ? nlohmann::json(*c.routed_expert_hidden_size) : nlohmann::json(nullptr)},
       {"attn_res_block_size", c.attn_res_block_size},
       {"activation", c.hidden_act == model::HiddenAct::kSitu ? "situ" : "silu"},
       {"quantization", c.quantization.method == model::QuantMethod::kNone
@@ -139,7 +153,8 @@ nlohmann::json CheckpointSummary::to_json() const {
   j["tensors"] = tensors;
   j["tensor_bytes"] = tensor_bytes;
   j["shards"] = nlohmann::json::array();
-  for (const auto& sh : shards) j["shards"].push_back({{"file", sh.file}, {"bytes", sh.bytes}, {"tensors", sh.tensors}});
+  for (const auto& sh : shards)
+    j["shards"].push_back({{"file", sh.file}, {"bytes", sh.bytes}, {"tensors", sh.tensors}});
   j["bytes_per_dtype"] = bytes_per_dtype;
   j["weights_per_format"] = weights_per_format;
   j["side_files"] = side_files;
@@ -153,12 +168,11 @@ std::string CheckpointSummary::to_text() const {
   std::string out = fmt::format("checkpoint {}\n", dir.string());
   if (config) {
     const auto m = model_json(*config);
-    out += fmt::format(
-        "  model       {}: hidden {}, {} layers ({} KDA + {} MLA), vocab {}\n", m["family"].get<std::string>(),
-        config->hidden_size, config->num_layers, m["kda_layers"].get<int64_t>(), m["mla_layers"].get<int64_t>(),
-        config->vocab_size);
-    out += fmt::format("  attention   KDA {} heads x {}, MLA {} heads (q-LoRA {}, kv-LoRA {})\n",
-                       config->kda_num_heads, config->kda_head_dim, config->mla_num_heads,
+    out += fmt::format("  model       {}: hidden {}, {} layers ({} KDA + {} MLA), vocab {}\n",
+                       m["family"].get<std::string>(), config->hidden_size, config->num_layers,
+                       m["kda_layers"].get<int64_t>(), m["mla_layers"].get<int64_t>(), config->vocab_size);
+    out += fmt::format("  attention   KDA {} heads x {}, MLA {} heads (q-LoRA {}, kv-LoRA {})\n", config->kda_num_heads,
+                       config->kda_head_dim, config->mla_num_heads,
                        config->q_lora_rank ? std::to_string(*config->q_lora_rank) : std::string("none"),
                        config->kv_lora_rank);
     if (config->num_experts > 0) {
@@ -174,7 +188,8 @@ std::string CheckpointSummary::to_text() const {
   }
   if (parameters) {
     const double p = static_cast<double>(parameters);
-    out += p >= 1e9 ? fmt::format("  parameters  {:.2f} B\n", p / 1e9) : fmt::format("  parameters  {:.2f} M\n", p / 1e6);
+    out +=
+        p >= 1e9 ? fmt::format("  parameters  {:.2f} B\n", p / 1e9) : fmt::format("  parameters  {:.2f} M\n", p / 1e6);
   }
   if (!shards.empty()) {
     out += fmt::format("  shards      {} files, {} tensors, {}\n", shards.size(), tensors, format_bytes(tensor_bytes));
