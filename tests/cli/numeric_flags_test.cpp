@@ -153,6 +153,18 @@ TEST(NumericFlags, MakeTinySizesAndTokenizerFlagsAreChecked) {
   }
 }
 
+// A checkpoint larger than the disk's free space is refused before a byte is written (a vocabulary of 2^31 - 1,
+// about a terabyte, had started writing and filled the disk).
+TEST(NumericFlags, MakeTinyLargerThanTheFreeDiskIsRefused) {
+  const std::string out = (std::filesystem::temp_directory_path() / "kimirt-make-tiny-too-large").string();
+  std::filesystem::remove_all(out);
+  const auto r = run_command(kimirt() + " make-tiny " + out + " --vocab 2147483647 --no-tokenizer");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("the checkpoint's tensors take"));
+  EXPECT_FALSE(std::filesystem::exists(out)) << "wrote a checkpoint";
+  std::filesystem::remove_all(out);
+}
+
 // --tokenizer-from gives the model its tokenizer's vocabulary (a Kimi Linear model kept its default 512 beside a
 // tokenizer of another size: run then printed ids and chat refused); a --vocab that differs is refused.
 TEST(NumericFlags, MakeTinyTakesTheVocabularyOfItsTokenizer) {

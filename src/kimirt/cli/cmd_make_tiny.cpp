@@ -79,6 +79,14 @@ void run(const MakeTinyOptions& o) {
   // The built-in tokenizer is written inside the checkpoint's all-or-nothing write: written into OUT
   // afterwards, a failure (a full disk) left a checkpoint without it, or with a cut one.
   if (builtin_tokenizer) options.add_files = [](const fs::path& dir) { text::write_default_tokenizer(dir); };
+  // The checkpoint must fit on the disk it goes to: refused now, with the sizes, rather than found by filling
+  // the disk (a run stopped on the way left gigabytes of its partial directory behind).
+  const uint64_t need = model::tiny_checkpoint_bytes(config);
+  std::error_code ec;
+  const fs::path parent = fs::absolute(fs::path(o.out), ec).parent_path();
+  const fs::space_info space = fs::space(parent, ec);
+  KIMIRT_CHECK(ec || need <= space.available, "{}: the checkpoint's tensors take {}, more than the {} free in {}",
+               o.out, format_bytes(need), format_bytes(space.available), parent.string());
   const Timer timer;
   const auto info = model::write_tiny_checkpoint(o.out, config, options);
   std::printf("%s: %s model, %lld layers, %lld experts (%s), %zu tensors, %s in %zu shard(s), %.1f s\n", o.out.c_str(),
