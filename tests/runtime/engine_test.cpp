@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -315,6 +316,40 @@ TEST_F(EngineTest, BadRequestsAreRefusedAtSubmitNamingTheField) {
   stops.sampling.stop_strings = {"x"};
   EXPECT_THAT(refusal(stops), HasSubstr("stop strings need a tokenizer"));
   EXPECT_TRUE(engine.idle());
+}
+
+// A NaN weight (here the whole LM head) gives rows of NaN logits: the request ends with an error saying so, not
+// with "length" after a token drawn from nothing at every step (the sampler's lowest id); others are unharmed.
+TEST_F(EngineTest, LogitsWithNoNumberEndTheRequestWithAnError) {
+  const model::ParamStore full = model_.store();
+  model::ParamStore store;
+  bool poisoned = false;
+  for (const auto& [name, p] : full.params()) {
+    model::LoadedParam q;
+    q.spec = p.spec, q.format = p.format, q.shape = p.shape, q.component_ids = p.component_ids;
+    for (const auto& t : p.components) q.components.push_back(t.clone());
+    if (p.spec->role == model::ParamRole::kLmHead) {
+      for (float& v : q.components[0].span<float>()) v = std::numeric_limits<float>::quiet_NaN();
+      poisoned = true;
+    }
+    store.put(name, std::move(q));
+  }
+  ASSERT_TRUE(poisoned);
+  SingleComm comm;
+  CpuBackend backend(model_.config(), store, comm, model::ParallelMapping{}, testing::small_cache());
+  Collector col;
+  Engine engine(backend, {}, col.callback());
+  GenerationRequest sampled = greedy(ids(5, 3), 4);
+  sampled.sampling.temperature = 0.7f;
+  const int64_t a = engine.submit(greedy(ids(5, 2), 4)), b = engine.submit(sampled);
+  engine.run_until_idle();
+  for (const int64_t id : {a, b}) {
+    const Outcome o = col.at(id);
+    EXPECT_EQ(o.reason, FinishReason::kError) << id;
+    EXPECT_THAT(o.error, HasSubstr("token 0: the logits hold no number above -inf")) << id;
+    EXPECT_TRUE(o.tokens.empty()) << id;
+    EXPECT_EQ(o.finished_events, 1) << id;
+  }
 }
 
 TEST_F(EngineTest, MaxTokensZeroEndsAtOnce) {

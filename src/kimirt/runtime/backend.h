@@ -36,6 +36,9 @@ struct RouteTrace {
   std::vector<float> weights;
 };
 
+// What Backend::sample gives for a row that holds no number to draw from.
+inline constexpr int32_t kNoToken = -1;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -78,6 +81,8 @@ class Backend {
   virtual void lm_head(Act x, Act logits) = 0;
   // tokens[i] = samplers[i]->sample(logits row rows[i]) (the row is not modified). When the ranks of a group
   // share the logits (attention-DP off), every rank returns the same tokens and records them in its samplers.
+  // A row with no logit above -inf (NaN or -inf everywhere: a NaN weight, an overflow) gives kNoToken and is
+  // not sampled: the engine ends its request with an error rather than emit a token drawn from nothing.
   virtual void sample(Act logits, std::span<const int64_t> rows, std::span<Sampler* const> samplers,
                       std::span<int32_t> tokens) = 0;
   // Copies rows [first_row, first_row + n) of a to the host (n × cols floats).

@@ -1,6 +1,7 @@
 #include "kimirt/runtime/cpu_backend.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "kimirt/base/error.h"
@@ -304,14 +305,21 @@ void CpuBackend::sample(Act logits, std::span<const int64_t> rows, std::span<Sam
     sample_row_.resize(static_cast<size_t>(V));
     for (size_t i = 0; i < rows.size(); ++i) {
       KIMIRT_ASSERT(rows[i] >= 0 && rows[i] < n);
-      std::copy_n(src + rows[i] * V, V, sample_row_.data());  // the sampler edits its copy (penalties, temperature)
+      const float* row = src + rows[i] * V;
+      if (std::none_of(row, row + V, [](float l) { return l > -std::numeric_limits<float>::infinity(); })) {
+        tokens[i] = kNoToken;  // NaN compares false: all NaN or -inf
+        continue;
+      }
+      std::copy_n(row, V, sample_row_.data());  // the sampler edits its copy (penalties, temperature)
       tokens[i] = samplers[i]->sample(sample_row_);
     }
   }
   if (shared) {
     comm_.broadcast(tokens.data(), tokens.size(), DType::kI32, 0);
     if (comm_.rank() != 0) {
-      for (size_t i = 0; i < rows.size(); ++i) samplers[i]->record(tokens[i]);  // penalties see the same history
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (tokens[i] != kNoToken) samplers[i]->record(tokens[i]);  // penalties see the same history
+      }
     }
   }
 }

@@ -157,6 +157,13 @@ void Engine::finish(Request& r, FinishReason reason, int32_t token, std::string 
 }
 
 void Engine::after_sample(Request& r, int32_t token, std::span<const float> logits) {
+  if (token == kNoToken) {
+    finish(r, FinishReason::kError, -1, {},
+           fmt::format("token {}: the logits hold no number above -inf (NaN or -inf everywhere): a weight or the "
+                       "arithmetic gave NaN",
+                       r.generated.size()));
+    return;
+  }
   r.generated.push_back(token);
   ++stats_.generated_tokens;
   const SamplingParams& sp = r.req.sampling;
