@@ -101,6 +101,9 @@ TEST(RunParallel, WhatCannotRunIsRefusedWithTheReason) {
   EXPECT_THAT(refused("kl-tiny", "--tp 3"), HasSubstr("does not divide the KDA heads (4)"));
   EXPECT_THAT(refused("kl-tiny", "--tp 4 --ep 2 --attention-dp"), HasSubstr("use --ep 4"));
   EXPECT_THAT(refused("kl-tiny", "--tp 2 --moe-comm all_to_all"), HasSubstr("--moe-comm all_to_all"));
+  // Attention-DP exchanges tokens all-to-all: a direct MoE asked for beside it is refused, not replaced.
+  EXPECT_THAT(refused("k3-tiny", "--tp 2 --ep 2 --attention-dp --moe-comm direct"),
+              HasSubstr("--moe-comm direct: with --attention-dp"));
   // k3-tiny's MXFP4 experts are 64 wide in groups of 32: four MoE-TP slices would cut groups.
   EXPECT_THAT(refused("k3-tiny", "--tp 4"), HasSubstr("block_sparse_moe.experts."));
 }

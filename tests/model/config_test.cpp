@@ -280,6 +280,17 @@ const BadConfig kBadConfigs[] = {
      },
      "text_config.hidden_size must be an integer, got 25.5"},
     {"HiddenZero", "kl-tiny", [](json& j) { j["hidden_size"] = 0; }, "config.json: hidden_size must be positive"},
+    // Beside vision_config.text_hidden_size: said as zero, not as a mismatch with the vision config.
+    {"HiddenZeroK3", "k3-tiny",
+     [](json& j) {
+       TC(j)["hidden_size"] = 0;
+     },
+     "text_config.hidden_size must be positive"},
+    {"HiddenNegativeK3", "k3-tiny",
+     [](json& j) {
+       TC(j)["hidden_size"] = -256;
+     },
+     "text_config.hidden_size must be positive"},
     {"VocabNegative", "k3-tiny",
      [](json& j) {
        TC(j)["vocab_size"] = -1;
@@ -299,6 +310,11 @@ const BadConfig kBadConfigs[] = {
      [](json& j) {
        TC(j)["num_attention_heads"] = 0;
        TC(j).erase("num_key_value_heads");
+     },
+     "text_config.num_attention_heads must be positive"},
+    {"MlaHeadsZeroBesideKvHeads", "k3-tiny",
+     [](json& j) {
+       TC(j)["num_attention_heads"] = 0;
      },
      "text_config.num_attention_heads must be positive"},
     {"QLoraZero", "k3-tiny",

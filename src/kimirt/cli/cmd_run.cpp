@@ -59,7 +59,7 @@ struct RunOptions {
   int tp = 0;  // 0: one rank, or one per process under mpirun
   int ep = 1;
   bool attention_dp = false;
-  std::string moe_comm = "direct";
+  std::string moe_comm;  // empty: direct, or all_to_all under attention-DP
 };
 
 void write_logits(const std::string& path, const std::vector<float>& prompt, const std::vector<float>& steps,
@@ -193,7 +193,14 @@ void run(const RunOptions& o) {
   // config before any rank starts or loads a byte.
   const io::Checkpoint checkpoint = io::Checkpoint::open(dir);
   const model::ModelConfig config = model::ModelConfig::from_json(checkpoint.config(), (dir / "config.json").string());
-  const runtime::ParallelConfig parallel{launch.world_size, o.ep, o.attention_dp, runtime::parse_moe_comm(o.moe_comm)};
+  // Under attention-DP each rank runs its own tokens, so they go to their experts all-to-all: a --moe-comm direct
+  // given with it was replaced without a word (said only in the banner).
+  KIMIRT_CHECK(!o.attention_dp || o.moe_comm.empty() || o.moe_comm == "all_to_all",
+               "--moe-comm {}: with --attention-dp each rank's tokens go to their experts all_to_all; leave "
+               "--moe-comm out or give all_to_all",
+               o.moe_comm);
+  const runtime::ParallelConfig parallel{launch.world_size, o.ep, o.attention_dp,
+                                         runtime::parse_moe_comm(o.moe_comm.empty() ? "direct" : o.moe_comm)};
   parallel.validate(config);
   const auto tokenizer = find_tokenizer(dir, config.vocab_size);
 
@@ -262,9 +269,11 @@ const RegisterCommand kRun("run", 10, [](CLI::App& app) {
       ->check(whole_number_in(1, std::numeric_limits<int>::max()));
   cmd->add_flag("--attention-dp", o->attention_dp,
                 "attention data parallelism: each rank runs its own sequences (needs --ep equal to --tp)");
-  cmd->add_option("--moe-comm", o->moe_comm,
-                  "MoE communication with attention-DP off: direct (one all-reduce) or all_to_all (tokens sent to "
-                  "their experts' ranks; needs --ep equal to --tp)");
+  cmd->add_option(
+         "--moe-comm", o->moe_comm,
+         "MoE communication: direct (one all-reduce; the default with attention-DP off) or all_to_all (tokens sent to "
+         "their experts' ranks; needs --ep equal to --tp; the default, and the only one with attention-DP)")
+      ->check(not_empty());
   cmd->callback([o] { run(*o); });
 });
 

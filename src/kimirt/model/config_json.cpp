@@ -64,7 +64,8 @@ void parse_text_fields(const JsonFields& t, ModelConfig& c) {
   c.tie_word_embeddings = t.bool_or("tie_word_embeddings", false);
 
   c.mla_num_heads = t.get_int("num_attention_heads");
-  if (auto kv = t.opt_int("num_key_value_heads"); kv && *kv != c.mla_num_heads) {
+  // Compared only with a head count that can be right: 0 is said as such by validate(), not as a mismatch.
+  if (auto kv = t.opt_int("num_key_value_heads"); kv && c.mla_num_heads > 0 && *kv != c.mla_num_heads) {
     t.fail_field("num_key_value_heads", fmt::format("({}) != num_attention_heads ({}): MLA has one latent KV for all "
                                                     "heads, grouped heads are not implemented",
                                                     *kv, c.mla_num_heads));
@@ -167,7 +168,7 @@ void merge_top_level(const JsonFields& top, const JsonFields& text, ModelConfig&
     c.quantization = outer;
   }
   if (auto v = top.opt_object("vision_config")) {
-    if (auto th = v->opt_int("text_hidden_size"); th && *th != c.hidden_size) {
+    if (auto th = v->opt_int("text_hidden_size"); th && c.hidden_size > 0 && *th != c.hidden_size) {
       v->fail_field("text_hidden_size", fmt::format("({}) != {} ({})", *th, text.field("hidden_size"), c.hidden_size));
     }
   }
