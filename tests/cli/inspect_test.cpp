@@ -48,6 +48,11 @@ TEST(Inspect, GoldenK3Summary) {
 // ("0.9", a vLLM-style fraction without "%", would mean the whole GPU), a unit it does not know, or the flag
 // without --device is an error naming the text; a good budget runs (the plan itself needs a GPU).
 TEST(Inspect, GpuMemoryBudgetIsChecked) {
+  {
+    const auto r = run_kimirt("inspect " + golden("k3-tiny") + " --device --gpu-memory ''");
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("--gpu-memory: must not be empty"), std::string::npos) << r.output;
+  }
 #ifdef KIMIRT_HAVE_CUDA
   for (const std::string bad : {"0.9", "12XB", "150%"}) {
     const auto r = run_kimirt("inspect " + golden("k3-tiny") + " --device --gpu-memory " + bad);

@@ -7,6 +7,7 @@
 #include "kimirt/cli/checkpoint_summary.h"
 #include "kimirt/cli/command.h"
 #include "kimirt/cli/device_summary.h"
+#include "kimirt/cli/sampling_options.h"
 
 namespace kimirt::cli {
 namespace {
@@ -26,7 +27,8 @@ const RegisterCommand kInspect("inspect", 10, [](CLI::App& app) {
   cmd->add_flag("--device", args->device, "also describe the GPU and the memory plan");
   cmd->add_option("--gpu-memory", args->gpu_memory,
                   "with --device: how much of each GPU kimirt may take, a share of its memory (90%) or a size "
-                  "(120GiB); default 90%");
+                  "(120GiB); default 90%")
+      ->check(not_empty());  // "" read as "not given", the default taken without a word
   cmd->callback([args] {
     check_gpu_memory(args->gpu_memory);
     KIMIRT_CHECK(args->gpu_memory.empty() || args->device, "--gpu-memory {} plans the GPU's memory: it needs --device",
