@@ -21,6 +21,7 @@
 #include "kimirt/cli/command.h"
 #include "kimirt/cli/default_model.h"
 #include "kimirt/cli/model_files.h"
+#include "kimirt/cli/flag_checks.h"
 #include "kimirt/cli/sampling_options.h"
 #include "kimirt/cli/sequence_cache.h"
 #include "kimirt/comm/comm.h"

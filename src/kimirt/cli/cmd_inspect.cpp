@@ -7,7 +7,7 @@
 #include "kimirt/cli/checkpoint_summary.h"
 #include "kimirt/cli/command.h"
 #include "kimirt/cli/device_summary.h"
-#include "kimirt/cli/sampling_options.h"
+#include "kimirt/cli/flag_checks.h"
 
 namespace kimirt::cli {
 namespace {

@@ -11,7 +11,7 @@
 #include "kimirt/base/progress.h"
 #include "kimirt/base/timer.h"
 #include "kimirt/cli/command.h"
-#include "kimirt/cli/sampling_options.h"
+#include "kimirt/cli/flag_checks.h"
 #include "kimirt/model/tiny_checkpoint.h"
 #include "kimirt/text/default_tokenizer.h"
 #include "kimirt/text/tokenizer.h"

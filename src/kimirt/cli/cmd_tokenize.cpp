@@ -7,7 +7,7 @@
 
 #include "kimirt/base/error.h"
 #include "kimirt/cli/command.h"
-#include "kimirt/cli/sampling_options.h"
+#include "kimirt/cli/flag_checks.h"
 #include "kimirt/text/tokenizer.h"
 
 namespace kimirt::cli {
