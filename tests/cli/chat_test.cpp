@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "common/run_command.h"
@@ -66,8 +68,6 @@ TEST(Chat, BadSamplingFlagsAreRefusedNamingTheFlag) {
   }
 }
 
-// run's text flags given as "" are refused, not read as "not given" (an empty -p used to generate from a
-// built-in prompt).
 // Text that is not UTF-8, refused naming the flag: a stop string could never match (it was taken), a prompt was
 // refused by the tokenizer after the load, naming no flag.
 TEST(Chat, TextFlagsThatAreNotUtf8AreRefused) {
@@ -81,6 +81,8 @@ TEST(Chat, TextFlagsThatAreNotUtf8AreRefused) {
   }
 }
 
+// run's text flags given as "" are refused, not read as "not given" (an empty -p used to generate from a
+// built-in prompt).
 TEST(Chat, EmptyTextFlagsOfRunAreRefused) {
   for (const char* flag : {"-p", "--ids", "--dump-logits"}) {
     const auto r = run_shell(kKimirt + " run -m /nonexistent " + flag + " ''");
@@ -103,13 +105,34 @@ TEST(Chat, IdsOutsideTheVocabularyAreRefusedNamingTheFlag) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--ids: id 99999 is outside the model's vocabulary [0, 1024)"), std::string::npos)
       << r.output;
-  for (const std::string command :
+  for (const std::string& command :
        {" run -m " + model + " --ids 1 --stop-id 999999", " chat -m " + model + " --stop-id 999999 < /dev/null"}) {
     r = run_shell(kKimirt + command);
     EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
     EXPECT_NE(r.output.find("--stop-id 999999: outside the model's vocabulary [0, 1024)"), std::string::npos)
         << command << ": " << r.output;
   }
+}
+
+// --dump-logits /dev/stdout with the output redirected to a file: the logits go after the printed text, through
+// the descriptor, and the file stays the file (a temp file renamed over the path /dev/stdout resolves to had
+// replaced it, the text printed before lost).
+TEST(Chat, DumpLogitsToStandardOutputFollowsThePrintedText) {
+  const fs::path out = fs::temp_directory_path() / "kimirt-dump-stdout.bin";
+  fs::remove(out);
+  const auto r = run_shell(kKimirt + " run -m " + kimirt::test::golden_dir("k3-tiny") +
+                           " --ids 1,2 -n 2 --print-ids --dump-logits /dev/stdout > " + out.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(out, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The printed ids, then the safetensors file: its 8-byte header length and its JSON header.
+  const size_t header = bytes.find("{\"");
+  ASSERT_NE(header, std::string::npos) << "no safetensors header in the output";
+  ASSERT_GE(header, 8u);
+  EXPECT_GT(header, 8u) << "the printed ids were lost";
+  EXPECT_NE(bytes.find("prompt_logits", header), std::string::npos);
+  EXPECT_NE(bytes.find("step_logits", header), std::string::npos);
+  fs::remove(out);
 }
 
 // --dump-logits naming an existing directory: refused before the load (it failed at the end, on the rename).
@@ -123,7 +146,8 @@ TEST(Chat, DumpLogitsIntoADirectoryIsRefusedFirst) {
 // Output that cannot be written (a full disk) is an error, not exit 0 with nothing written.
 // The help too (it exited 0); the reason is the failed flush's, not a stale errno ("failed: Success").
 TEST(Chat, OutputThatCannotBeWrittenIsAnError) {
-  for (const std::string command : {" inspect --json " + kimirt::test::golden_dir("k3-tiny"), std::string(" --help")}) {
+  for (const std::string& command :
+       {" inspect --json " + kimirt::test::golden_dir("k3-tiny"), std::string(" --help")}) {
     const auto r = run_shell("( " + kKimirt + command + " > /dev/full )");
     EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
     EXPECT_NE(r.output.find("writing to standard output failed"), std::string::npos) << command << ": " << r.output;
@@ -135,7 +159,10 @@ TEST(Chat, OutputThatCannotBeWrittenIsAnError) {
 TEST(Chat, AnUnknownCommandIsNamed) {
   const auto r = run_shell(kKimirt + " bogus");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("unknown command 'bogus' (commands: inspect, run, chat"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("unknown command 'bogus' (commands: "), std::string::npos) << r.output;
+  for (const char* name : {"inspect", "run", "chat", "make-tiny"}) {
+    EXPECT_NE(r.output.find(name), std::string::npos) << name << ": " << r.output;
+  }
 }
 
 // --dump-logits into a directory that does not exist: refused before the model is loaded (it failed only at

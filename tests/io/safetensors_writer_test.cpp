@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -175,6 +177,59 @@ TEST(SafetensorsWriter, WritesIntoAFifoAndThroughASymbolicLink) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"link.safetensors", "pipe", "real.safetensors"})) << "no temp left";
+}
+
+// Where a write goes, beyond FIFOs and links to files: a replaced file keeps its permissions; a dangling link of
+// this user names the file to create; a link another user owns is replaced itself, not followed (it may have
+// been planted in a shared directory); a socket is refused, naming it.
+TEST(SafetensorsWriter, DestinationsBeyondFilesAndFifos) {
+  ScratchDir dir;
+  const std::string one = f32_bytes({1});
+  SafetensorsWriter w;
+  w.add("x", DType::kF32, {1}, span_of(one));
+  const auto file = dir / "private.safetensors";
+  w.write(file);
+  std::filesystem::permissions(file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  w.write(file);
+  EXPECT_EQ(std::filesystem::status(file).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+
+  const auto dangling = dir / "dangling.safetensors";
+  std::filesystem::create_symlink("made.safetensors", dangling);
+  w.write(dangling);
+  EXPECT_TRUE(std::filesystem::is_symlink(dangling));
+  EXPECT_NE(SafetensorsFile::open(dir / "made.safetensors").find("x"), nullptr);
+
+  const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock_path = (dir / "sock").string();
+  ASSERT_LT(sock_path.size(), sizeof(addr.sun_path));
+  std::memcpy(addr.sun_path, sock_path.c_str(), sock_path.size() + 1);
+  ASSERT_EQ(::bind(sock, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  try {
+    w.write(sock_path);
+    ADD_FAILURE() << "a socket was written";
+  } catch (const SafetensorsError& e) {
+    EXPECT_NE(std::string(e.what()).find("is neither a file, a FIFO nor a character device"), std::string::npos)
+        << e.what();
+  }
+  ::close(sock);
+  EXPECT_TRUE(std::filesystem::is_socket(std::filesystem::symlink_status(sock_path)));
+
+  // A link owned by another user (only root can make one here).
+  const auto target = dir / "theirs.safetensors", planted = dir / "planted.safetensors";
+  w.write(target);
+  std::filesystem::create_symlink(target.filename(), planted);
+  if (::lchown(planted.c_str(), 65534, 65534) != 0) GTEST_SKIP() << "cannot give a link to another user here";
+  SafetensorsWriter other;
+  const std::string two = f32_bytes({2, 2});
+  other.add("y", DType::kF32, {2}, span_of(two));
+  other.write(planted);
+  EXPECT_FALSE(std::filesystem::is_symlink(planted)) << "the planted link was followed";
+  EXPECT_NE(SafetensorsFile::open(target).find("x"), nullptr) << "the file it named was replaced";
+  EXPECT_NE(SafetensorsFile::open(planted).find("y"), nullptr);
 }
 
 TEST(SafetensorsWriter, RefusesWhatTheReaderWouldReject) {

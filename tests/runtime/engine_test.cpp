@@ -318,8 +318,9 @@ TEST_F(EngineTest, BadRequestsAreRefusedAtSubmitNamingTheField) {
   EXPECT_TRUE(engine.idle());
 }
 
-// A NaN weight (here the whole LM head) gives rows of NaN logits: the request ends with an error saying so, not
-// with "length" after a token drawn from nothing at every step (the sampler's lowest id); others are unharmed.
+// A NaN weight (here the whole LM head) gives rows of NaN logits: each request ends with an error saying so at its
+// first token, greedy or sampled, not with "length" after a token drawn from nothing at every step (the
+// sampler's lowest id).
 TEST_F(EngineTest, LogitsWithNoNumberEndTheRequestWithAnError) {
   const model::ParamStore full = model_.store();
   model::ParamStore store;

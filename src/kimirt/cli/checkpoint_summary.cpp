@@ -100,7 +100,7 @@ CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir) {
       const auto tokenizer = text::Tokenizer::load(dir);
       if (tokenizer.vocab_size() != s.config->vocab_size) {
         s.warnings.push_back(
-            fmt::format("the tokenizer has {} ids, the model {}: run and chat print ids, -p is refused",
+            fmt::format("the tokenizer has {} ids, the model {}: run prints ids and refuses -p, chat refuses to start",
                         tokenizer.vocab_size(), s.config->vocab_size));
       }
     });

@@ -81,12 +81,15 @@ void run(const MakeTinyOptions& o) {
   if (builtin_tokenizer) options.add_files = [](const fs::path& dir) { text::write_default_tokenizer(dir); };
   // The checkpoint must fit on the disk it goes to: refused now, with the sizes, rather than found by filling
   // the disk (a run stopped on the way left gigabytes of its partial directory behind).
+  // Measured on the nearest folder that exists (OUT and its missing parents are made later; "OUT/" names OUT).
   const uint64_t need = model::tiny_checkpoint_bytes(config);
   std::error_code ec;
-  const fs::path parent = fs::absolute(fs::path(o.out), ec).parent_path();
-  const fs::space_info space = fs::space(parent, ec);
-  KIMIRT_CHECK(ec || need <= space.available, "{}: the checkpoint's tensors take {}, more than the {} free in {}",
-               o.out, format_bytes(need), format_bytes(space.available), parent.string());
+  fs::path existing = fs::absolute(fs::path(o.out), ec).lexically_normal();
+  while (existing.has_relative_path() && !fs::exists(existing, ec)) existing = existing.parent_path();
+  const fs::space_info space = fs::space(existing, ec);
+  KIMIRT_CHECK(!ec, "{}: cannot tell the free space of {}: {}", o.out, existing.string(), ec.message());
+  KIMIRT_CHECK(need <= space.available, "{}: the checkpoint's tensors take {}, more than the {} free in {}", o.out,
+               format_bytes(need), format_bytes(space.available), existing.string());
   const Timer timer;
   const auto info = model::write_tiny_checkpoint(o.out, config, options);
   std::printf("%s: %s model, %lld layers, %lld experts (%s), %zu tensors, %s in %zu shard(s), %.1f s\n", o.out.c_str(),

@@ -27,8 +27,8 @@
 #include "kimirt/base/timer.h"
 #include "kimirt/cli/command.h"
 #include "kimirt/cli/default_model.h"
-#include "kimirt/cli/model_files.h"
 #include "kimirt/cli/flag_checks.h"
+#include "kimirt/cli/model_files.h"
 #include "kimirt/cli/sampling_options.h"
 #include "kimirt/cli/sequence_cache.h"
 #include "kimirt/comm/comm.h"
@@ -166,19 +166,17 @@ void run_rank(const RankInputs& in, Comm& comm) {
 
 void run(const RunOptions& o) {
   if (!o.dump_logits.empty()) {
-    // Checked now, not after the load and the generation it would otherwise waste. A FIFO or a device
-    // (/dev/stdout) is written in place, so it must be writable itself; a file is replaced through a temp file
-    // beside it (beside the file a symbolic link names), so its directory must be.
-    const fs::path path(o.dump_logits);
+    // Checked now, not after the load and the generation it would otherwise waste: where the write will go
+    // (io::write_destination: refused for a block device or a socket) and that this process may write there.
+    const io::WriteDestination to = with_context("--dump-logits", [&] { return io::write_destination(o.dump_logits); });
     std::error_code ec;
-    const fs::file_status st = fs::status(path, ec);
-    KIMIRT_CHECK(!fs::is_directory(st), "--dump-logits {}: is a directory; give the file to write", o.dump_logits);
-    if (fs::exists(st) && !fs::is_regular_file(st)) {
-      KIMIRT_CHECK(::access(path.c_str(), W_OK) == 0, "--dump-logits {}: this process cannot write to it",
+    KIMIRT_CHECK(!fs::is_directory(to.target, ec), "--dump-logits {}: is a directory; give the file to write",
+                 o.dump_logits);
+    if (to.kind == io::WriteDestination::Kind::kInPlace) {
+      KIMIRT_CHECK(::access(to.target.c_str(), W_OK) == 0, "--dump-logits {}: this process cannot write to it",
                    o.dump_logits);
-    } else {
-      const fs::path file = fs::exists(st) ? fs::canonical(path, ec) : fs::absolute(path);
-      const fs::path parent = file.parent_path();
+    } else if (to.kind == io::WriteDestination::Kind::kReplace) {
+      const fs::path parent = fs::absolute(fs::path(to.target), ec).parent_path();
       KIMIRT_CHECK(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0,
                    "--dump-logits {}: {} is not a directory this process can write to", o.dump_logits, parent.string());
     }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -204,6 +205,37 @@ std::vector<uint8_t> SafetensorsWriter::serialize() const {
   return file;
 }
 
+WriteDestination write_destination(const std::filesystem::path& path) {
+  const std::string label = path.string();
+  auto fail = [&](std::string what) { throw SafetensorsError(Kind::kIo, label, "", std::move(what)); };
+  struct stat st {};
+  if (::stat(label.c_str(), &st) == 0) {
+    for (const int fd : {1, 2}) {
+      struct stat s {};
+      if (::fstat(fd, &s) == 0 && s.st_dev == st.st_dev && s.st_ino == st.st_ino) {
+        return {WriteDestination::Kind::kStream, label, fd};
+      }
+    }
+    if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) return {WriteDestination::Kind::kInPlace, label, -1};
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+      fail(S_ISBLK(st.st_mode) ? "is a block device: give a file to write"
+                               : "is neither a file, a FIFO nor a character device: give a file to write");
+    }
+  }
+  // The user's own symbolic links are followed, hop by hop (a dangling one names the file to create); the first
+  // link owned by someone else is where the rename goes.
+  std::filesystem::path target = path;
+  for (int hop = 0; hop < 40; ++hop) {
+    struct stat ls {};
+    if (::lstat(target.c_str(), &ls) != 0 || !S_ISLNK(ls.st_mode) || ls.st_uid != ::geteuid()) break;
+    std::error_code ec;
+    const std::filesystem::path next = std::filesystem::read_symlink(target, ec);
+    if (ec) break;
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  return {WriteDestination::Kind::kReplace, target.string(), -1};
+}
+
 void SafetensorsWriter::write(const std::filesystem::path& path) const {
   const std::string label = path.string();
   const std::string head = header();
@@ -223,34 +255,32 @@ void SafetensorsWriter::write(const std::filesystem::path& path) const {
     if (r.error != 0) fail_io("write failed", r.error);
   };
 
-  // What the path names decides how it is written. Something other than a regular file or a directory (a
-  // FIFO, a character device such as /dev/stdout, reached through symbolic links or not) is written in place:
-  // a temp file renamed over it would replace it by a regular file (as root, /dev/null became one). A
-  // symbolic link to a regular file stays a link: the temp file goes beside the file it names.
-  std::string target = label;
-  struct stat st {};
-  if (::stat(label.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-    UniqueFd fd(::open(label.c_str(), O_WRONLY | O_CLOEXEC));
+  const WriteDestination to = write_destination(path);
+  if (to.kind == WriteDestination::Kind::kStream) {
+    std::fflush(to.fd == 1 ? stdout : stderr);  // what was printed first comes first
+    write_all(to.fd);
+    return;
+  }
+  if (to.kind == WriteDestination::Kind::kInPlace) {
+    UniqueFd fd(::open(to.target.c_str(), O_WRONLY | O_CLOEXEC));
     if (!fd.valid()) fail_io("cannot open it for writing", errno);
     write_all(fd.get());
     if (::close(fd.release()) != 0) fail_io("close failed", errno);
     return;
   }
-  if (char* resolved = ::realpath(label.c_str(), nullptr)) {  // existing: through any symbolic links
-    target = resolved;
-    free(resolved);
-  }
-
-  std::string temp_name = target + ".tmp.XXXXXX";
+  struct stat existing {};
+  const bool replaces = ::stat(to.target.c_str(), &existing) == 0 && S_ISREG(existing.st_mode);
+  std::string temp_name = to.target + ".tmp.XXXXXX";
   UniqueFd fd(::mkstemp(temp_name.data()));
   if (!fd.valid()) fail_io("cannot create a temp file beside it", errno);
   TempFile temp(temp_name);
-  // mkstemp creates 0600; a checkpoint is meant to be shared like any file written with open().
-  if (::fchmod(fd.get(), 0644) != 0) fail_io("cannot set permissions", errno);
+  // mkstemp creates 0600: a new checkpoint is meant to be shared like any file written with open(), a replaced
+  // file keeps the permissions its owner gave it.
+  if (::fchmod(fd.get(), replaces ? (existing.st_mode & 07777) : 0644) != 0) fail_io("cannot set permissions", errno);
   write_all(fd.get());
   if (::fsync(fd.get()) != 0) fail_io("fsync failed", errno);
   if (::close(fd.release()) != 0) fail_io("close failed", errno);
-  if (::rename(temp_name.c_str(), target.c_str()) != 0) fail_io("cannot rename the temp file into place", errno);
+  if (::rename(temp_name.c_str(), to.target.c_str()) != 0) fail_io("cannot rename the temp file into place", errno);
   temp.keep();
 }
 

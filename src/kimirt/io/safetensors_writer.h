@@ -31,9 +31,8 @@ class SafetensorsWriter {
   std::string header() const;
   // The whole file in memory (tests, fuzzing, small files).
   std::vector<uint8_t> serialize() const;
-  // Writes `path` atomically: a temp file beside it (beside the file a symbolic link names), fsync, rename.
-  // Throws SafetensorsError(kIo) naming the path; no partial file is left behind. A path naming neither a
-  // regular file nor a directory (a FIFO, /dev/stdout) is written in place and stays what it is.
+  // Writes where write_destination(path) says. Throws SafetensorsError naming the path; a replaced file is
+  // complete or not there at all (no partial file is left behind).
   void write(const std::filesystem::path& path) const;
 
  private:
@@ -49,6 +48,24 @@ class SafetensorsWriter {
   std::set<std::string> names_;
   std::map<std::string, std::string> metadata_;
 };
+
+// Where a write of `path` goes, decided before any byte is made (the CLI checks it before a run). Renaming a temp
+// file over something that is not a regular file would replace it by one (as root, /dev/null became a file), so:
+//   kStream   the path is this process's standard output or error (/dev/stdout, or the file or pipe they are):
+//             the bytes go through that descriptor, at its position, after what was printed to it;
+//   kInPlace  a FIFO or a character device: opened and written, it stays what it is;
+//   kReplace  a regular file, nothing, or a directory (refused by the rename, naming it): a temp file beside
+//             `target`, fsync, rename over it. `target` follows symbolic links only while they belong to this
+//             user (a link another user planted in a shared directory is replaced itself, not followed, as the
+//             kernel's protected_symlinks would have it); the replaced file keeps its permissions, a new one
+//             gets 0644.
+// Anything else (a block device, a socket) throws SafetensorsError(kIo) naming it.
+struct WriteDestination {
+  enum class Kind { kStream, kInPlace, kReplace } kind;
+  std::string target;  // kReplace: the path renamed over; kInPlace: the path opened
+  int fd = -1;         // kStream: 1 or 2
+};
+WriteDestination write_destination(const std::filesystem::path& path);
 
 // Rank of a dtype in the safetensors crate's Dtype enum, which lists dtypes by increasing alignment; the
 // serializer writes higher ranks first.

@@ -25,7 +25,7 @@ enum class FinishReason : uint8_t {
   kStop,       // one of the request's stop ids or stop strings
   kLength,     // max_tokens reached
   kCancelled,  // cancelled by the caller
-  kError,      // the step that ran it failed; TokenEvent::error says why
+  kError,      // the step that ran it failed, or its logits held no number; TokenEvent::error says why
 };
 
 std::string_view finish_reason_name(FinishReason reason);  // "eos", "stop", "length", ...
