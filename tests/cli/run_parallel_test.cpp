@@ -42,6 +42,8 @@ TEST(RunParallel, ThreadRanksPrintTheIdsOfOneRank) {
   EXPECT_EQ(ids("kl-tiny", "--tp 4 --ep 2"), one);
   EXPECT_EQ(ids("kl-tiny", "--tp 4 --ep 4 --moe-comm all_to_all"), one);
   EXPECT_EQ(ids("kl-tiny", "--tp 2 --ep 2 --attention-dp"), one);
+  // All-to-all asked for beside attention-DP, in either spelling parse_moe_comm takes.
+  EXPECT_EQ(ids("kl-tiny", "--tp 2 --ep 2 --attention-dp --moe-comm all-to-all"), one);
   const std::string k3 = ids("k3-tiny", "");
   EXPECT_EQ(ids("k3-tiny", "--tp 4 --ep 2"), k3);
   EXPECT_EQ(ids("k3-tiny", "--tp 4 --ep 4 --attention-dp"), k3);

@@ -20,8 +20,8 @@
 #include "kimirt/base/timer.h"
 #include "kimirt/cli/command.h"
 #include "kimirt/cli/default_model.h"
-#include "kimirt/cli/model_files.h"
 #include "kimirt/cli/flag_checks.h"
+#include "kimirt/cli/model_files.h"
 #include "kimirt/cli/sampling_options.h"
 #include "kimirt/cli/sequence_cache.h"
 #include "kimirt/comm/comm.h"
@@ -59,11 +59,7 @@ void chat(const ChatOptions& o) {
   // What can be refused is refused before the weights are read: the tokenizer, and --context.
   const io::Checkpoint checkpoint = io::Checkpoint::open(dir);
   const model::ModelConfig config = model::ModelConfig::from_json(checkpoint.config(), (dir / "config.json").string());
-  // As run does: a stop id past the vocabulary could never stop anything (it was refused line by line).
-  for (const int32_t id : o.sampling.stop_ids) {
-    KIMIRT_CHECK(id < config.vocab_size, "--stop-id {}: outside the model's vocabulary [0, {}), it could never stop",
-                 id, config.vocab_size);
-  }
+  check_stop_ids(o.sampling, config.vocab_size);  // at start, not line by line
   const auto tokenizer = find_tokenizer(dir, config.vocab_size);
   KIMIRT_CHECK(tokenizer.has_value(), "chat needs a tokenizer ({} in {}) of the model's vocabulary",
                text::kTiktokenModelFile, dir.string());

@@ -192,14 +192,15 @@ void run(const RunOptions& o) {
   // config before any rank starts or loads a byte.
   const io::Checkpoint checkpoint = io::Checkpoint::open(dir);
   const model::ModelConfig config = model::ModelConfig::from_json(checkpoint.config(), (dir / "config.json").string());
+  const runtime::MoeComm moe_comm =
+      o.moe_comm.empty() ? runtime::MoeComm::kDirect : runtime::parse_moe_comm(o.moe_comm);
   // Under attention-DP each rank runs its own tokens, so they go to their experts all-to-all: a --moe-comm direct
   // given with it was replaced without a word (said only in the banner).
-  KIMIRT_CHECK(!o.attention_dp || o.moe_comm.empty() || o.moe_comm == "all_to_all",
+  KIMIRT_CHECK(!o.attention_dp || o.moe_comm.empty() || moe_comm == runtime::MoeComm::kAllToAll,
                "--moe-comm {}: with --attention-dp each rank's tokens go to their experts all_to_all; leave "
                "--moe-comm out or give all_to_all",
                o.moe_comm);
-  const runtime::ParallelConfig parallel{launch.world_size, o.ep, o.attention_dp,
-                                         runtime::parse_moe_comm(o.moe_comm.empty() ? "direct" : o.moe_comm)};
+  const runtime::ParallelConfig parallel{launch.world_size, o.ep, o.attention_dp, moe_comm};
   parallel.validate(config);
   const auto tokenizer = find_tokenizer(dir, config.vocab_size);
 
@@ -221,10 +222,7 @@ void run(const RunOptions& o) {
     KIMIRT_CHECK(id >= 0 && id < config.vocab_size, "--ids: id {} is outside the model's vocabulary [0, {})", id,
                  config.vocab_size);
   }
-  for (const int32_t id : o.sampling.stop_ids) {
-    KIMIRT_CHECK(id < config.vocab_size, "--stop-id {}: outside the model's vocabulary [0, {}), it could never stop",
-                 id, config.vocab_size);
-  }
+  check_stop_ids(o.sampling, config.vocab_size);
   RankInputs in{o, dir, checkpoint, parallel, device, {}, {}, {}, tokenizer, eos_ids(dir, config), load_timer};
   in.request.prompt = prompt;
   in.request.sampling = o.sampling;

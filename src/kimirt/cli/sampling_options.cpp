@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "kimirt/base/error.h"
 #include "kimirt/cli/flag_checks.h"
 
 namespace kimirt::cli {
@@ -29,6 +30,13 @@ void add_sampling_options(CLI::App* cmd, runtime::SamplingParams& sp, const std:
   cmd->add_option("--stop", sp.stop_strings, "stop before this text (repeatable; needs the tokenizer)")
       ->check(utf8_text());
   cmd->add_flag("--ignore-eos", sp.ignore_eos, "keep going past the model's EOS id");
+}
+
+void check_stop_ids(const runtime::SamplingParams& sp, int64_t vocab_size) {
+  for (const int32_t id : sp.stop_ids) {
+    KIMIRT_CHECK(id < vocab_size, "--stop-id {}: outside the model's vocabulary [0, {}), it could never stop", id,
+                 vocab_size);
+  }
 }
 
 }  // namespace kimirt::cli

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "kimirt/runtime/sampling_params.h"
@@ -13,5 +14,9 @@ namespace kimirt::cli {
 // -n/--max-tokens (described by `max_tokens_help`), --temperature, --top-k, --top-p, --min-p, --seed,
 // --repetition-penalty, --presence-penalty, --frequency-penalty, --stop-id, --stop, --ignore-eos.
 void add_sampling_options(CLI::App* cmd, runtime::SamplingParams& sp, const std::string& max_tokens_help);
+
+// Refuses a --stop-id past the model's vocabulary, naming it: such an id could never stop anything. Called once
+// the config is read, before the weights are.
+void check_stop_ids(const runtime::SamplingParams& sp, int64_t vocab_size);
 
 }  // namespace kimirt::cli
