@@ -34,6 +34,16 @@ std::string f32_bytes(std::initializer_list<float> values) {
   return out;
 }
 
+// What a scratch directory holds, by name: a temp file left behind shows here.
+std::vector<std::string> sorted_names(const ScratchDir& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 std::span<const uint8_t> span_of(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
@@ -121,7 +131,7 @@ TEST(SafetensorsWriter, ReplacesAtomicallyAndLeavesNoTempOnFailure) {
   EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::others_read,
             std::filesystem::perms::others_read);
 
-  // A directory where the file should go: the rename fails after the data was written.
+  // A directory where the file should go: refused, named, before a byte is written.
   std::filesystem::create_directory(dir / "blocked.safetensors");
   try {
     second.write(dir / "blocked.safetensors");
@@ -129,15 +139,11 @@ TEST(SafetensorsWriter, ReplacesAtomicallyAndLeavesNoTempOnFailure) {
   } catch (const SafetensorsError& e) {
     EXPECT_EQ(e.kind(), Kind::kIo);
     EXPECT_NE(std::string(e.what()).find("blocked.safetensors"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
   }
   // A directory that does not exist: nothing can be created at all.
   EXPECT_THROW(second.write(dir / "no" / "such.safetensors"), SafetensorsError);
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"blocked.safetensors", "m.safetensors"}));
+  EXPECT_EQ(sorted_names(dir), (std::vector<std::string>{"blocked.safetensors", "m.safetensors"}));
 }
 
 // A FIFO (like a character device such as /dev/stdout) is written in place and stays a FIFO: renaming a temp
@@ -171,12 +177,8 @@ TEST(SafetensorsWriter, WritesIntoAFifoAndThroughASymbolicLink) {
   const auto written = SafetensorsFile::open(file);
   EXPECT_EQ(written.find("x"), nullptr);
   EXPECT_NE(written.find("y"), nullptr);
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"link.safetensors", "pipe", "real.safetensors"})) << "no temp left";
+  EXPECT_EQ(sorted_names(dir), (std::vector<std::string>{"link.safetensors", "pipe", "real.safetensors"}))
+      << "no temp left";
 }
 
 // Where a write goes, beyond FIFOs and links to files: a replaced file keeps its permissions; a dangling link of

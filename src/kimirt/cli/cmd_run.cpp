@@ -167,11 +167,10 @@ void run_rank(const RankInputs& in, Comm& comm) {
 void run(const RunOptions& o) {
   if (!o.dump_logits.empty()) {
     // Checked now, not after the load and the generation it would otherwise waste: where the write will go
-    // (io::write_destination: refused for a block device or a socket) and that this process may write there.
+    // (io::write_destination: refused for a directory, a block device or a socket) and that this process may
+    // write there.
     const io::WriteDestination to = with_context("--dump-logits", [&] { return io::write_destination(o.dump_logits); });
     std::error_code ec;
-    KIMIRT_CHECK(!fs::is_directory(to.target, ec), "--dump-logits {}: is a directory; give the file to write",
-                 o.dump_logits);
     if (to.kind == io::WriteDestination::Kind::kInPlace) {
       KIMIRT_CHECK(::access(to.target.c_str(), W_OK) == 0, "--dump-logits {}: this process cannot write to it",
                    o.dump_logits);

@@ -217,7 +217,8 @@ WriteDestination write_destination(const std::filesystem::path& path) {
       }
     }
     if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) return {WriteDestination::Kind::kInPlace, label, -1};
-    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) fail("is a directory; give the file to write");
+    if (!S_ISREG(st.st_mode)) {
       fail(S_ISBLK(st.st_mode) ? "is a block device: give a file to write"
                                : "is neither a file, a FIFO nor a character device: give a file to write");
     }

@@ -54,12 +54,12 @@ class SafetensorsWriter {
 //   kStream   the path is this process's standard output or error (/dev/stdout, or the file or pipe they are):
 //             the bytes go through that descriptor, at its position, after what was printed to it;
 //   kInPlace  a FIFO or a character device: opened and written, it stays what it is;
-//   kReplace  a regular file, nothing, or a directory (refused by the rename, naming it): a temp file beside
+//   kReplace  a regular file or nothing: a temp file beside
 //             `target`, fsync, rename over it. `target` follows symbolic links only while they belong to this
 //             user (a link another user planted in a shared directory is replaced itself, not followed, as the
 //             kernel's protected_symlinks would have it); the replaced file keeps its permissions, a new one
 //             gets 0644.
-// Anything else (a block device, a socket) throws SafetensorsError(kIo) naming it.
+// Anything else (a directory, a block device, a socket) throws SafetensorsError(kIo) naming it.
 struct WriteDestination {
   enum class Kind { kStream, kInPlace, kReplace } kind;
   std::string target;  // kReplace: the path renamed over; kInPlace: the path opened
