@@ -5,8 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <numeric>
 
@@ -192,6 +194,35 @@ TEST(Safetensors, FileTruncatedAfterOpenIsReportedNotRead) {
     EXPECT_EQ(e.kind(), Kind::kTruncated);
     EXPECT_EQ(e.tensor(), "b");
     EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos);
+  }
+}
+
+// A file rewritten in place (same inode, same size: every tensor kept its shape) after open() read its header:
+// the bytes a reader took from it before and after may belong to two versions. check_unchanged() sees the new
+// modification time (set two seconds on, as file systems with coarse timestamps would not show a fast rewrite).
+TEST(Safetensors, FileRewrittenInPlaceAfterOpenIsReported) {
+  ScratchDir dir;
+  SafetensorsWriter writer;
+  writer.add("a", DType::kF32, {64}, pattern(256, 4));
+  const auto path = dir / "t.safetensors";
+  writer.write(path);
+  const auto file = SafetensorsFile::open(path);
+  EXPECT_NO_THROW(file.check_unchanged());
+  const auto written = std::filesystem::last_write_time(path);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(file.data_offset()));
+    f.put('\x7f');
+  }
+  std::filesystem::last_write_time(path, written + std::chrono::seconds(2));
+  EXPECT_EQ(std::filesystem::file_size(path), file.file_size());
+  try {
+    file.check_unchanged();
+    FAIL() << "a rewrite in place not reported";
+  } catch (const SafetensorsError& e) {
+    EXPECT_EQ(e.kind(), Kind::kChanged);
+    EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("changed while it was read"), std::string::npos) << e.what();
   }
 }
 

@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -429,6 +431,35 @@ TEST_F(LoaderFault, ShardTruncatedAfterOpenIsAShortRead) {
     EXPECT_EQ(e.kind(), io::SafetensorsError::Kind::kTruncated);
     EXPECT_THAT(e.what(), HasSubstr(shard));
     EXPECT_THAT(e.tensor(), HasSubstr("language_model.model.")) << "names a tensor the read was for: " << e.what();
+  }
+  EXPECT_EQ(target.abandons, 1);
+  EXPECT_EQ(target.finishes, 0);
+  EXPECT_EQ(target.take().size(), 0u);
+}
+
+// A shard rewritten in place (its size kept) between the open and the read: the load is refused as a whole, naming
+// the shard, rather than loading weights that may mix two versions.
+TEST_F(LoaderFault, ShardRewrittenInPlaceAfterOpenIsRefused) {
+  const auto dir = write("rewritten", good_);
+  const Opened o = open(dir);
+  const std::string shard = good_.shard_of.at(q_);
+  const auto path = dir / shard;
+  const auto size = std::filesystem::file_size(path);
+  const auto written = std::filesystem::last_write_time(path);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size - 1));
+    f.put('\x7f');
+  }
+  std::filesystem::last_write_time(path, written + std::chrono::seconds(2));
+  ASSERT_EQ(std::filesystem::file_size(path), size);
+  RecordingTarget target;
+  try {
+    load_into(target, o.checkpoint, *o.schema, ParallelMapping{}, quiet());
+    FAIL() << "no error";
+  } catch (const io::SafetensorsError& e) {
+    EXPECT_EQ(e.kind(), io::SafetensorsError::Kind::kChanged);
+    EXPECT_THAT(e.what(), HasSubstr(shard));
   }
   EXPECT_EQ(target.abandons, 1);
   EXPECT_EQ(target.finishes, 0);

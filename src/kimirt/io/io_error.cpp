@@ -26,6 +26,8 @@ std::string_view kind_name(SafetensorsError::Kind kind) {
       return "io";
     case K::kTruncated:
       return "truncated";
+    case K::kChanged:
+      return "changed while read";
     case K::kHeaderTooSmall:
       return "header too small";
     case K::kHeaderTooLarge:

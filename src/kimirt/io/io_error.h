@@ -15,6 +15,7 @@ class SafetensorsError : public Error {
   enum class Kind {
     kIo,                   // open, stat or read failed (errno in the message), or not a regular file
     kTruncated,            // a read met end of file: the file shrank after its header was checked
+    kChanged,              // the file was modified (rewritten in place) while it was read
     kHeaderTooSmall,       // fewer than 8 bytes
     kHeaderTooLarge,       // header length over 100,000,000
     kInvalidHeaderLength,  // 8 + header length overflows or runs past the end of the file

@@ -68,6 +68,17 @@ int open_regular_file(const char* path, UniqueFd& fd, uint64_t& size) {
   return 0;
 }
 
+int file_stamp(int fd, FileStamp& stamp) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return errno;
+  stamp.device = static_cast<uint64_t>(st.st_dev);
+  stamp.inode = static_cast<uint64_t>(st.st_ino);
+  stamp.size = static_cast<uint64_t>(st.st_size);
+  stamp.mtime_sec = static_cast<int64_t>(st.st_mtim.tv_sec);
+  stamp.mtime_nsec = static_cast<int64_t>(st.st_mtim.tv_nsec);
+  return 0;
+}
+
 int read_whole_file(const char* path, uint64_t max_bytes, std::string& out) {
   UniqueFd fd;
   uint64_t size = 0;

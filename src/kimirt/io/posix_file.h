@@ -53,6 +53,17 @@ IoResult write_full(int fd, const void* src, uint64_t n);
 // writer blocks a plain open forever), since the open itself does not wait (O_NONBLOCK, cleared afterwards).
 int open_regular_file(const char* path, UniqueFd& fd, uint64_t& size);
 
+// What tells a file's contents apart from outside: its identity, size and last modification. A file rewritten in
+// place keeps its inode, and its size too when every tensor keeps its shape, but not its modification time (to the
+// file system's granularity: nanoseconds on ext4 and XFS, a second or two on some others).
+struct FileStamp {
+  uint64_t device = 0, inode = 0, size = 0;
+  int64_t mtime_sec = 0, mtime_nsec = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+// The stamp of an open descriptor (fstat): 0, or an errno.
+int file_stamp(int fd, FileStamp& stamp);
+
 // Reads a whole (small) regular file into `out`. Returns 0, an errno as open_regular_file does, or EFBIG when it
 // has more than max_bytes.
 int read_whole_file(const char* path, uint64_t max_bytes, std::string& out);

@@ -296,6 +296,8 @@ class Engine {
       std::swap(read, next);
       if (stop_.load()) return;
     }
+    // Bytes of a file rewritten in place meanwhile may mix two versions: refused, naming the file.
+    sf.check_unchanged();
   }
 
   // A failed read (the file shrank, an I/O error) names the tensor whose bytes it was reading, as its owner

@@ -101,7 +101,8 @@ struct ReadStats {
 };
 
 // Reads every range of every file and hands it to `sink`; files are taken in the order given. On the first
-// error (a short read names the file: SafetensorsError kTruncated; an exception from the sink) the other
+// error (a short read names the file: SafetensorsError kTruncated; a file modified while it was read, once its
+// last range is read: kChanged; an exception from the sink) the other
 // threads stop at their next read and the error is rethrown here once all have stopped.
 ReadStats read_ranges(std::span<const FileRanges> files, ReadSink& sink, const ReadOptions& options);
 

@@ -15,6 +15,7 @@ using Kind = SafetensorsError::Kind;
 // What open() learns before it parses the header; shared with find_safetensors_file_problems.
 struct RawHeader {
   UniqueFd fd;
+  FileStamp stamp;  // taken before the first byte is read
   uint64_t file_size = 0;
   uint64_t header_size = 0;
   std::string bytes;
@@ -27,6 +28,9 @@ RawHeader read_raw_header(const std::filesystem::path& path) {
     throw SafetensorsError(
         Kind::kIo, label, "",
         error == EISDIR || error == EINVAL ? "not a regular file" : "cannot open: " + errno_text(error));
+  }
+  if (const int error = file_stamp(raw.fd.get(), raw.stamp)) {
+    throw SafetensorsError(Kind::kIo, label, "", "cannot stat: " + errno_text(error));
   }
 
   uint8_t prefix[8] = {};
@@ -55,6 +59,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   file.data_offset_ = 8 + raw.header_size;
   file.header_ = parse_safetensors_header(raw.bytes, raw.file_size - file.data_offset_, path.string());
   file.fd_ = std::move(raw.fd);
+  file.stamp_ = raw.stamp;
 
   const auto& tensors = file.header_.tensors;
   file.by_name_.resize(tensors.size());
@@ -115,6 +120,20 @@ void SafetensorsFile::read_range(uint64_t offset, uint64_t n, void* dst, std::st
                                        "it was opened?",
                                        offset + got.bytes, offset, offset + n));
   }
+}
+
+void SafetensorsFile::check_unchanged() const {
+  FileStamp now;
+  if (const int error = file_stamp(fd_.get(), now)) {
+    throw SafetensorsError(Kind::kIo, path_.string(), "", "cannot stat: " + errno_text(error));
+  }
+  if (now == stamp_) return;
+  const auto time = [](const FileStamp& s) { return fmt::format("{}.{:09}", s.mtime_sec, s.mtime_nsec); };
+  throw SafetensorsError(Kind::kChanged, path_.string(), "",
+                         fmt::format("the file changed while it was read (size {} -> {} bytes, modified {} -> {}): "
+                                     "the bytes read may mix its old and new contents; load it again once it is "
+                                     "written",
+                                     stamp_.size, now.size, time(stamp_), time(now)));
 }
 
 std::vector<SafetensorsError> find_safetensors_file_problems(const std::filesystem::path& path) {

@@ -47,12 +47,18 @@ class SafetensorsFile {
   // For the loader (posix_fadvise, a second O_DIRECT descriptor on path()). Owned by this object.
   int fd() const { return fd_.get(); }
 
+  // Throws SafetensorsError kChanged, naming the file, when its size or modification time is no longer what it was
+  // when open() read its header: the file was rewritten in place, so bytes read from it may mix old and new
+  // contents. Readers call it after their last read of the file.
+  void check_unchanged() const;
+
  private:
   SafetensorsFile() = default;
   void read_range(uint64_t offset, uint64_t n, void* dst, std::string_view tensor) const;
 
   std::filesystem::path path_;
   UniqueFd fd_;
+  FileStamp stamp_;
   uint64_t file_size_ = 0;
   uint64_t data_offset_ = 0;
   SafetensorsHeader header_;
