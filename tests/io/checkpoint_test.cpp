@@ -365,6 +365,28 @@ TEST(Checkpoint, DirectoryLevelErrors) {
   EXPECT_EQ(open_result(dir / "arrayconfig").first, name(Kind::kInvalidConfig));
 }
 
+// A file whose lookup fails (here a symbolic link to itself; a directory without search permission does the same
+// to users other than root, which the suite may run as) is reported as unreachable, naming it: "no config.json" or
+// "no such shard" sent users after the wrong problem. The checkpoint directory itself too.
+TEST(Checkpoint, UnreachableFilesAreNotReportedAsAbsent) {
+  ScratchDir dir;
+  for (const std::string file : {"config.json", "model.safetensors.index.json", "model-00002-of-00002.safetensors"}) {
+    const fs::path d = dir / ("loop-" + file);
+    fs::create_directories(d);
+    write_layout(d, good_layout());
+    fs::remove(d / file);
+    fs::create_symlink(file, d / file);
+    const auto [kind, message] = open_result(d);
+    EXPECT_EQ(kind, name(Kind::kIo)) << file << ": " << message;
+    EXPECT_NE(message.find("cannot be looked up"), std::string::npos) << message;
+    EXPECT_NE(message.find(file), std::string::npos) << message;
+  }
+  fs::create_symlink("self", dir / "self");
+  const auto [kind, message] = open_result(dir / "self");
+  EXPECT_EQ(kind, name(Kind::kIo)) << message;
+  EXPECT_NE(message.find("cannot be looked up"), std::string::npos) << message;
+}
+
 // A FIFO where a file belongs (config.json, the index, a shard) is refused as not a regular file: a plain open
 // of a FIFO without a writer blocked forever. Each open runs beside a watchdog that, should it block, opens the
 // FIFO for writing to release it, so that a regression fails instead of hanging the suite.

@@ -382,6 +382,13 @@ TEST_F(ModelDirectory, UndecidableFamilyIsAnError) {
   EXPECT_THROW(inspect_chat_template(dir_), Error);
 }
 
+// A config.json the lookup cannot reach (a loop of symbolic links here) is an error naming it, not "there is no
+// config.json" followed by a guess from the other files.
+TEST_F(ModelDirectory, UnreachableConfigIsAnError) {
+  std::filesystem::create_symlink("config.json", dir_ / "config.json");
+  EXPECT_THAT(error_of_inspect(), HasSubstr((dir_ / "config.json").string() + ": cannot be looked up"));
+}
+
 // Both files are read strictly (as io::Checkpoint reads config.json): a key twice is refused by name.
 TEST_F(ModelDirectory, DuplicateKeysAreRefused) {
   write("config.json", R"({"model_type": "kimi_k3", "model_type": "kimi_linear"})");

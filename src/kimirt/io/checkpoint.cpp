@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "kimirt/base/log.h"
+#include "kimirt/base/path_lookup.h"
 #include "kimirt/base/strict_json.h"
 #include "kimirt/io/posix_file.h"
 
@@ -42,30 +43,36 @@ class CheckpointBuilder {
   Checkpoint build(const fs::path& dir) {
     Checkpoint c;
     c.dir_ = dir;
-    std::error_code ec;
-    const auto status = fs::status(dir, ec);
-    if (!fs::exists(status)) {
-      error(CheckpointError(Kind::kNotADirectory, fmt::format("{}: no such checkpoint directory", dir.string())));
+    const Presence there = presence(dir);
+    if (there != Presence::kPresent) {
+      if (there == Presence::kAbsent) {
+        error(CheckpointError(Kind::kNotADirectory, fmt::format("{}: no such checkpoint directory", dir.string())));
+      }
       return c;
     }
-    if (!fs::is_directory(status)) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) {
       error(CheckpointError(Kind::kNotADirectory, fmt::format("{}: not a directory", dir.string())));
       return c;
     }
     load_config(c);
     const fs::path index_path = dir / kShardIndexFileName;
     const fs::path single_path = dir / kSingleFileName;
-    if (fs::exists(index_path, ec)) {
+    const Presence index = presence(index_path);
+    if (index == Presence::kPresent) {
       load_index(c, index_path);
       const auto& files = c.index_->files();
       if (fs::exists(single_path, ec) && !std::binary_search(files.begin(), files.end(), kSingleFileName)) {
         warn(fmt::format("{}: {} is not named by the index and is ignored", dir.string(), kSingleFileName));
       }
-    } else if (fs::exists(single_path, ec)) {
-      open_shard(c, single_path);
-    } else {
-      error(CheckpointError(Kind::kNoWeights,
-                            fmt::format("{}: neither {} nor {}", dir.string(), kShardIndexFileName, kSingleFileName)));
+    } else if (index == Presence::kAbsent) {
+      const Presence single = presence(single_path);
+      if (single == Presence::kPresent) {
+        open_shard(c, single_path);
+      } else if (single == Presence::kAbsent) {
+        error(CheckpointError(Kind::kNoWeights, fmt::format("{}: neither {} nor {}", dir.string(), kShardIndexFileName,
+                                                            kSingleFileName)));
+      }
     }
     std::sort(c.shards_.begin(), c.shards_.end(),
               [](const SafetensorsFile& a, const SafetensorsFile& b) { return a.path() < b.path(); });
@@ -85,11 +92,29 @@ class CheckpointBuilder {
 
   void warn(std::string message) { warnings_.push_back(std::move(message)); }
 
+  // A lookup that failed (kimirt/base/path_lookup.h) is reported as such, naming the path, not as an absence.
+  enum class Presence { kAbsent, kPresent, kUnreadable };
+  Presence presence(const fs::path& path) {
+    std::string why;
+    switch (look_up(path, &why)) {
+      case PathLookup::kPresent:
+        return Presence::kPresent;
+      case PathLookup::kAbsent:
+        return Presence::kAbsent;
+      case PathLookup::kFailed:
+        break;
+    }
+    error(CheckpointError(Kind::kIo, fmt::format("{}: cannot be looked up: {}", path.string(), why)));
+    return Presence::kUnreadable;
+  }
+
   void load_config(Checkpoint& c) {
     const fs::path path = c.dir_ / kConfigFileName;
-    std::error_code ec;
-    if (!fs::exists(path, ec)) {
-      error(CheckpointError(Kind::kMissingConfig, fmt::format("{}: no {}", c.dir_.string(), kConfigFileName)));
+    const Presence found = presence(path);
+    if (found != Presence::kPresent) {
+      if (found == Presence::kAbsent) {
+        error(CheckpointError(Kind::kMissingConfig, fmt::format("{}: no {}", c.dir_.string(), kConfigFileName)));
+      }
       return;
     }
     std::string text;
@@ -129,8 +154,11 @@ class CheckpointBuilder {
     }
     for (size_t f = 0; f < index.files().size(); ++f) {
       const fs::path path = c.dir_ / index.files()[f];
-      std::error_code ec;
-      if (!fs::is_regular_file(path, ec)) {
+      // Only an absent file is a missing shard: one that is there but is no regular file is open_shard's to
+      // report, with its reason, and a failed lookup presence()'s.
+      const Presence shard = presence(path);
+      if (shard == Presence::kUnreadable) continue;
+      if (shard == Presence::kAbsent) {
         error(CheckpointError(
             Kind::kMissingShard,
             fmt::format("{}: names shard {} for {} tensor(s) (e.g. '{}'), but {} has no such file", index_path.string(),

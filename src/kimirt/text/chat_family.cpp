@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/path_lookup.h"
 #include "kimirt/base/strict_json.h"
 #include "kimirt/text/special_tokens.h"
 #include "kimirt/text/tiktoken_model.h"
@@ -38,14 +39,15 @@ std::string ChatTemplateInfo::describe() const {
 
 ChatTemplateInfo inspect_chat_template(const std::filesystem::path& model_dir) {
   std::error_code ec;
-  KIMIRT_CHECK(std::filesystem::is_directory(model_dir, ec), "model directory {} does not exist", model_dir.string());
+  KIMIRT_CHECK(path_exists(model_dir), "model directory {} does not exist", model_dir.string());
+  KIMIRT_CHECK(std::filesystem::is_directory(model_dir, ec), "{} is not a directory", model_dir.string());
   ChatTemplateInfo info;
-  info.jinja_file = std::filesystem::exists(model_dir / "chat_template.jinja", ec);
+  info.jinja_file = path_exists(model_dir / "chat_template.jinja");
 
   std::string model_type;
   std::string config_fact = "there is no config.json";
   const auto config_path = model_dir / "config.json";
-  if (std::filesystem::exists(config_path, ec)) {
+  if (path_exists(config_path)) {
     const auto config = read_json(config_path);
     const auto it = config.is_object() ? config.find("model_type") : config.end();
     if (it != config.end() && it->is_string()) model_type = it->get<std::string>();
@@ -55,7 +57,7 @@ ChatTemplateInfo inspect_chat_template(const std::filesystem::path& model_dir) {
 
   std::optional<TokenizerConfig> tokenizer_config;
   const auto tokenizer_config_path = model_dir / kTokenizerConfigFile;
-  if (std::filesystem::exists(tokenizer_config_path, ec)) {
+  if (path_exists(tokenizer_config_path)) {
     tokenizer_config = parse_tokenizer_config(read_text_file(tokenizer_config_path), tokenizer_config_path.string());
     info.config_template = tokenizer_config->has_chat_template;
   }
