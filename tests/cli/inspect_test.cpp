@@ -169,6 +169,55 @@ TEST(Inspect, TruncatedShardIsNamed) {
   fs::remove_all(dir);
 }
 
+// Writes `bytes` over element `index` of tensor `name` in one of dir's shards; false when no shard holds it.
+bool overwrite_element(const fs::path& dir, const std::string& name, uint64_t index, const std::string& bytes) {
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".safetensors") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(n, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(n));
+    const auto j = nlohmann::json::parse(header);
+    if (!j.contains(name)) continue;
+    const uint64_t begin = j[name]["data_offsets"][0].get<uint64_t>();
+    f.seekp(static_cast<std::streamoff>(8 + n + begin + index * bytes.size()));
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return static_cast<bool>(f);
+  }
+  return false;
+}
+
+// --check-values reads the tensors and names each one holding NaN or infinite values, with the count and the first
+// index: here a BF16 NaN in a norm weight, an F32 infinity in a bias, and 0xFF (NaN) in an MXFP4 weight's E8M0
+// scales, which the file stores as U8. The golden checkpoint itself is all finite.
+TEST(Inspect, CheckValuesNamesNonFiniteTensors) {
+  auto r = run_kimirt("inspect " + golden("k3-tiny") + " --check-values");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("all finite; 240 without NaN or infinity codes not read"), std::string::npos) << r.output;
+
+  const auto dir = copy_of("k3-tiny", "values");
+  const std::string norm = "language_model.model.layers.0.input_layernorm.weight";
+  const std::string bias = "language_model.model.layers.1.block_sparse_moe.gate.e_score_correction_bias";
+  const std::string scale = "language_model.model.layers.1.block_sparse_moe.experts.3.w2.weight_scale";
+  ASSERT_TRUE(overwrite_element(dir, norm, 5, std::string("\xC0\x7F", 2)));
+  ASSERT_TRUE(overwrite_element(dir, bias, 2, std::string("\x00\x00\x80\x7F", 4)));
+  ASSERT_TRUE(overwrite_element(dir, scale, 7, "\xFF"));
+  r = run_kimirt("inspect " + dir.string() + " --check-values");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("tensor " + norm + " (model-"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("BF16): 1 of 256 values are NaN or infinite, the first at index 5"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(bias), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("F32): 1 of "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tensor " + scale), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("F8_E8M0): 1 of "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("3 with NaN or infinite values"), std::string::npos) << r.output;
+  // Without the flag the values are not read: the structure is still right.
+  EXPECT_EQ(run_kimirt("inspect " + dir.string()).exit_code, 0);
+  fs::remove_all(dir);
+}
+
 TEST(Inspect, CorruptHeaderIsNamed) {
   const auto dir = copy_of("kl-tiny", "header");
   std::fstream f(dir / "model-00002-of-00005.safetensors", std::ios::in | std::ios::out | std::ios::binary);

@@ -41,19 +41,24 @@ void stage(std::vector<std::string>& problems, std::string_view what, Fn&& fn) {
   }
 }
 
-void count_weight_formats(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
+// The format of every weight (by base name) whose tensors make one; the others are errors.
+std::map<std::string, quant::WeightFormat> count_weight_formats(const io::Checkpoint& checkpoint,
+                                                                CheckpointSummary& s) {
   std::map<std::string, std::vector<quant::PresentTensor>> by_base;
   for (const auto& name : checkpoint.tensor_names()) {
     std::string base, suffix;
     if (!split_component(name, &base, &suffix)) continue;
     by_base[base].push_back({suffix, checkpoint.at(name).info->dtype});
   }
+  std::map<std::string, quant::WeightFormat> formats;
   for (const auto& [base, present] : by_base) {
     stage(s.errors, base, [&] {
       const auto format = quant::detect_weight_format(base, present);
       s.weights_per_format[std::string(quant::format_name(format))]++;
+      formats.emplace(base, format);
     });
   }
+  return formats;
 }
 
 void check_against_schema(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
@@ -67,7 +72,7 @@ void check_against_schema(const io::Checkpoint& checkpoint, CheckpointSummary& s
 
 }  // namespace
 
-CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir) {
+CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir, bool check_values) {
   CheckpointSummary s;
   s.dir = dir;
   // One walk of the directory: the report, and the checkpoint when it has no error.
@@ -89,7 +94,8 @@ CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir) {
       if (checkpoint.has_file(f)) s.side_files.emplace_back(f);
     }
   });
-  stage(s.errors, "weight formats", [&] { count_weight_formats(checkpoint, s); });
+  std::map<std::string, quant::WeightFormat> formats;
+  stage(s.errors, "weight formats", [&] { formats = count_weight_formats(checkpoint, s); });
   stage(s.errors, config_path, [&] { s.config = model::ModelConfig::from_json(checkpoint.config(), config_path); });
   if (s.config) {
     stage(s.errors, "the model's parameters", [&] { check_against_schema(checkpoint, s); });
@@ -107,6 +113,19 @@ CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir) {
     stage(s.errors, "generation_config.json", [&] { (void)eos_ids(dir, *s.config); });
   }
   stage(s.warnings, "chat template", [&] { s.chat_template = text::inspect_chat_template(dir).describe(); });
+  if (check_values) {
+    if (!s.ok()) {
+      s.warnings.push_back("values not checked: the checkpoint has errors");
+      return s;
+    }
+    stage(s.errors, "checking values", [&] {
+      s.values = cli::check_values(checkpoint, formats, true);
+      for (const auto& t : s.values->nonfinite) {
+        s.errors.push_back(fmt::format("tensor {} ({}, {}): {} of {} values are NaN or infinite, the first at index {}",
+                                       t.name, t.shard, t.dtype, t.nonfinite, t.elements, t.first));
+      }
+    });
+  }
   return s;
 }
 
@@ -159,6 +178,22 @@ nlohmann::json CheckpointSummary::to_json() const {
   j["weights_per_format"] = weights_per_format;
   j["side_files"] = side_files;
   j["chat_template"] = chat_template;
+  if (values) {
+    nlohmann::json bad = nlohmann::json::array();
+    for (const auto& t : values->nonfinite) {
+      bad.push_back({{"tensor", t.name},
+                     {"shard", t.shard},
+                     {"dtype", t.dtype},
+                     {"elements", t.elements},
+                     {"nonfinite", t.nonfinite},
+                     {"first", t.first}});
+    }
+    j["values"] = {{"tensors", values->tensors},
+                   {"skipped", values->skipped},
+                   {"bytes", values->bytes},
+                   {"seconds", values->seconds},
+                   {"nonfinite", bad}};
+  }
   j["errors"] = errors;
   j["warnings"] = warnings;
   return j;
@@ -213,6 +248,14 @@ std::string CheckpointSummary::to_text() const {
     out += "\n";
   }
   if (!chat_template.empty()) out += "  " + chat_template + "\n";
+  if (values) {
+    out +=
+        fmt::format("  values      {} tensors, {} read in {:.1f} s: {}; {} without NaN or infinity codes not read\n",
+                    values->tensors, format_bytes(values->bytes), values->seconds,
+                    values->nonfinite.empty() ? std::string("all finite")
+                                              : fmt::format("{} with NaN or infinite values", values->nonfinite.size()),
+                    values->skipped);
+  }
   for (const auto& w : warnings) out += "  warning: " + w + "\n";
   for (const auto& e : errors) out += "  error: " + e + "\n";
   out += ok() ? "  ok\n" : fmt::format("  INVALID: {} problem(s)\n", errors.size());

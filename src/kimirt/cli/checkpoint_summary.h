@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kimirt/cli/value_check.h"
 #include "kimirt/model/config.h"
 #include "kimirt/model/schema.h"
 
@@ -38,6 +39,7 @@ struct CheckpointSummary {
   std::shared_ptr<const model::Schema> schema;
   std::vector<std::string> side_files;  // tokenizer files, generation config, ...
   std::string chat_template;            // one line; empty when no family is known
+  std::optional<ValueCheck> values;     // with --check-values, when the structure had no error
   std::vector<std::string> errors;
   std::vector<std::string> warnings;
 
@@ -46,7 +48,9 @@ struct CheckpointSummary {
   std::string to_text() const;
 };
 
-// Never throws for bad input: every problem found ends up in `errors`.
-CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir);
+// Never throws for bad input: every problem found ends up in `errors`. With `check_values`, a checkpoint whose
+// structure has no error is then read whole and every NaN or infinite value counted (value_check.h): a tensor
+// holding any is an error.
+CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir, bool check_values = false);
 
 }  // namespace kimirt::cli

@@ -1,5 +1,6 @@
-// `kimirt inspect DIR [--json]`: validates a whole checkpoint directory and summarizes it. Exits 1 when
-// the checkpoint is invalid, after listing every problem found.
+// `kimirt inspect DIR [--json] [--check-values]`: validates a whole checkpoint directory and summarizes it;
+// --check-values also reads every float tensor for NaN and infinite values. Exits 1 when the checkpoint is
+// invalid, after listing every problem found.
 #include <cstdio>
 #include <string>
 
@@ -16,6 +17,7 @@ struct InspectArgs {
   std::string dir;
   bool json = false;
   bool device = false;
+  bool check_values = false;
   std::string gpu_memory;
 };
 
@@ -25,6 +27,8 @@ const RegisterCommand kInspect("inspect", 10, [](CLI::App& app) {
   cmd->add_option("dir", args->dir, "checkpoint directory (config.json, *.safetensors, index)")->required();
   cmd->add_flag("--json", args->json, "print the summary as JSON");
   cmd->add_flag("--device", args->device, "also describe the GPU and the memory plan");
+  cmd->add_flag("--check-values", args->check_values,
+                "also read every float tensor and count its NaN and infinite values (reads the whole checkpoint)");
   cmd->add_option("--gpu-memory", args->gpu_memory,
                   "with --device: how much of each GPU kimirt may take, a share of its memory (90%) or a size "
                   "(120GiB); default 90%")
@@ -33,7 +37,7 @@ const RegisterCommand kInspect("inspect", 10, [](CLI::App& app) {
     check_gpu_memory(args->gpu_memory);
     KIMIRT_CHECK(args->gpu_memory.empty() || args->device, "--gpu-memory {} plans the GPU's memory: it needs --device",
                  args->gpu_memory);
-    const auto summary = summarize_checkpoint(args->dir);
+    const auto summary = summarize_checkpoint(args->dir, args->check_values);
     if (args->json) {
       auto j = summary.to_json();
       if (args->device) j["device"] = device_summary_json(summary.config, summary.schema.get(), args->gpu_memory);
