@@ -6,17 +6,21 @@
 namespace kimirt {
 namespace {
 
-// `bad(code)` for each little-endian element of T; the loop stays branch-free until an element is bad, so that
-// the common case (none) runs at memory speed.
+// `bad(code)` for each little-endian element of T: first a branch-free count, which the compiler vectorizes (the
+// common case, none, then runs at memory speed), and only when some are bad a second pass for the first.
 template <typename T, typename Bad>
 uint64_t count_codes(const uint8_t* data, uint64_t count, uint64_t* first, Bad bad) {
+  const auto code = [&](uint64_t i) {
+    T c;
+    std::memcpy(&c, data + i * sizeof(T), sizeof(T));
+    return c;
+  };
   uint64_t n = 0;
-  for (uint64_t i = 0; i < count; ++i) {
-    T code;
-    std::memcpy(&code, data + i * sizeof(T), sizeof(T));
-    if (bad(code)) [[unlikely]] {
-      if (n++ == 0 && first) *first = i;
-    }
+  for (uint64_t i = 0; i < count; ++i) n += bad(code(i)) ? 1 : 0;
+  if (n > 0 && first) {
+    uint64_t i = 0;
+    while (!bad(code(i))) ++i;
+    *first = i;
   }
   return n;
 }
