@@ -94,10 +94,11 @@ void mla_suite(Context& ctx) {
   // eighth of the arithmetic, so the kernel is memory-bound there.
   // {128, 256, 12} reads the bytes of {1, 32768, 12} with the same number of blocks but unsplit: the
   // difference is what the split costs (the merge kernel and its launch).
-  const DecodeCase cases[] = {{1, 4096, 96},   {1, 32768, 96},  {1, 131072, 96}, {8, 32768, 96},
-                              {64, 4096, 96},  {256, 4096, 96}, {1, 32768, 12},  {1, 65536, 12},
-                              {1, 131072, 12}, {8, 32768, 12},  {256, 4096, 12}, {128, 256, 12},
-                              {1, 32768, 16},  {4, 65536, 16},  {1, 32768, 24},  {1, 32768, 32}};
+  // The batches 1 / 8 / 64 / 256 at 4k, 32k and 128k where the cache fits beside the copies.
+  const DecodeCase cases[] = {{1, 4096, 96},   {1, 32768, 96},  {1, 131072, 96},  {8, 32768, 96},  {64, 4096, 96},
+                              {64, 32768, 96}, {256, 4096, 96}, {1, 32768, 12},   {1, 65536, 12},  {1, 131072, 12},
+                              {8, 32768, 12},  {64, 32768, 12}, {64, 131072, 12}, {256, 4096, 12}, {256, 32768, 12},
+                              {128, 256, 12},  {1, 32768, 16},  {4, 65536, 16},   {1, 32768, 24},  {1, 32768, 32}};
   for (const auto [batch, seq, nh] : cases) {
     if (!ctx.wants(fmt::format("decode attn B={} ctx={} heads={}", batch, seq, nh))) continue;
     const double cache_bytes = static_cast<double>(batch) * ((seq + kPage - 1) / kPage) * kPage * kMlaRow * 2;

@@ -178,6 +178,24 @@ TEST(LoadPlan, UnexpectedKeysWarnOrFailWhenStrict) {
                         "language_model.model.layers.9.mlp.up_proj.weight"));
 }
 
+// A K3 checkpoint with AttnRes weights read under a config that turns AttnRes off (attn_res_block_size 0): the
+// model would run without the residual mixing the weights were trained with, so the plan refuses it, naming the
+// tensors (it had ignored them with the warning for stray tensors).
+TEST(LoadPlan, AttnResTensorsUnderAConfigWithoutAttnResAreRefused) {
+  Scratch scratch;
+  ModelConfig config = tiny_config(ModelFamily::kKimiK3, loadtest::small_k3_dims());
+  ASSERT_TRUE(config.has_attn_res());
+  const auto dir = loadtest::make_checkpoint(scratch / "k3", config);
+  const io::Checkpoint c = io::Checkpoint::open(dir);
+  config.attn_res_block_size = 0;
+  const Schema schema = Schema::for_checkpoint(config, checkpoint_keys(c));
+  const std::string message = error_of([&] { LoadPlan::build(c, schema, ParallelMapping{}); });
+  EXPECT_THAT(message, HasSubstr("block attention residual (AttnRes) tensor(s) are in the checkpoint, but the "
+                                 "config's attn_res_block_size is 0"));
+  EXPECT_THAT(message, HasSubstr("language_model.model."));
+  EXPECT_THAT(message, HasSubstr("_res_"));
+}
+
 TEST(LoadPlan, WrongShapeOrDtypeIsRefusedBeforeAnyRead) {
   Scratch scratch;
   const ModelConfig config = tiny_config(ModelFamily::kKimiK3, loadtest::small_k3_dims());

@@ -267,6 +267,31 @@ LoadPlan LoadPlan::build(const io::Checkpoint& checkpoint, const Schema& schema,
   for (const auto& name : checkpoint.tensor_names()) {
     if (!known.contains(name) && !ignored_key(name, schema.layout().prefix)) plan.unexpected_.push_back(name);
   }
+  if (!plan.unexpected_.empty() && !schema.config().has_attn_res()) {
+    // Block attention residuals' tensors beside a config that turns them off: the model would run without the
+    // residual mixing its weights were trained with, an error of the config (tensors of a part no family has, a
+    // vision tower say, are only warned about below). Their keys are those a config with AttnRes would expect.
+    ModelConfig with = schema.config();
+    with.attn_res_block_size = std::max<int64_t>(with.num_layers, 1);
+    const Schema with_attn_res(with, schema.layout());
+    std::set<std::string> attn_res_keys;
+    for (const auto& p : with_attn_res.params()) {
+      if (p.role == ParamRole::kAttnResNorm || p.role == ParamRole::kAttnResProj || p.role == ParamRole::kMlpResNorm ||
+          p.role == ParamRole::kMlpResProj || p.role == ParamRole::kOutputResNorm ||
+          p.role == ParamRole::kOutputResProj) {
+        for (const auto& key : with_attn_res.checkpoint_keys(p)) attn_res_keys.insert(key);
+      }
+    }
+    std::vector<std::string> found;
+    for (const auto& key : plan.unexpected_) {
+      if (attn_res_keys.contains(key)) found.push_back(key);
+    }
+    KIMIRT_CHECK(found.empty(),
+                 "{}: {} block attention residual (AttnRes) tensor(s) are in the checkpoint, but the config's "
+                 "attn_res_block_size is 0, which runs the model without them: set it to the block size the "
+                 "checkpoint was trained with (Kimi K3: 12), or remove the tensors: {}",
+                 dir, found.size(), list_keys(found));
+  }
   if (!plan.unexpected_.empty()) {
     KIMIRT_CHECK(!strict, "{}: {} tensor(s) are not parameters of this {} model (strict loading): {}", dir,
                  plan.unexpected_.size(), family_name(schema.config().family), list_keys(plan.unexpected_));
