@@ -513,15 +513,27 @@ TEST(MlaDecode, RopePartFromItsOwnBuffer) {
   }
 }
 
-// The plan: the memory-bound kernel for few heads per GPU, the wgmma kernel for many; one wave of blocks on
+// The plan: the memory-bound kernel for few heads per GPU or little work, the wgmma kernel for many heads over
+// many rows (mla_decode.h: groups of 16 heads x batch x length against kMlaAutoMma16Rows); one wave of blocks on
 // the SMs (a few blocks over the SM count would double the time).
 TEST(MlaDecode, PlanPicksKernelAndOneWave) {
   KIMIRT_REQUIRE_GPU();
-  for (const auto& [batch, heads, ctx] :
-       {std::tuple{1, 12, 32768}, {1, 16, 131072}, {8, 12, 32768}, {1, 96, 32768}, {8, 96, 32768}, {3, 24, 5000}}) {
+  constexpr auto kMma16 = MlaDecodeKernel::kMma16;
+  constexpr auto kSeesaw = MlaDecodeKernel::kSeesaw;
+  for (const auto& [batch, heads, ctx, kernel] : {std::tuple{1, 12, 32768, kMma16},
+                                                  {1, 16, 131072, kMma16},
+                                                  {8, 12, 32768, kMma16},
+                                                  {1, 96, 32768, kSeesaw},
+                                                  {8, 96, 32768, kSeesaw},
+                                                  {3, 24, 5000, kMma16},
+                                                  {1, 96, 4096, kMma16},
+                                                  {1, 32, 32768, kMma16},
+                                                  {1, 33, 32768, kSeesaw},
+                                                  {8, 32, 4096, kMma16},
+                                                  {8, 32, 4097, kSeesaw},
+                                                  {64, 24, 4096, kSeesaw}}) {
     const MlaDecodePlan p = plan_mla_decode(batch, heads, ctx, 132);
-    EXPECT_EQ(p.kernel, heads <= kMlaAutoMma16MaxHeads ? MlaDecodeKernel::kMma16 : MlaDecodeKernel::kSeesaw)
-        << heads << " heads";
+    EXPECT_EQ(p.kernel, kernel) << batch << " x " << heads << " heads, ctx " << ctx;
     EXPECT_LE(int64_t{batch} * p.head_groups * p.splits, 132) << batch << " x " << heads << " heads, ctx " << ctx;
     EXPECT_GE(int64_t{batch} * p.head_groups * p.splits, 92) << batch << " x " << heads << " heads, ctx " << ctx;
     EXPECT_GE(int64_t{p.splits} * p.chunk, ctx);

@@ -461,7 +461,9 @@ MlaDecodePlan plan_mla_decode(int batch, int heads, int max_seq_len, int sm_coun
                       "plan_mla_decode: unknown kernel ", static_cast<int>(kernel));
   MlaDecodePlan p;
   if (kernel == MlaDecodeKernel::kAuto) {
-    kernel = heads <= kMlaAutoMma16MaxHeads ? MlaDecodeKernel::kMma16 : MlaDecodeKernel::kSeesaw;
+    const int64_t groups = (heads + kMlaMma16Heads - 1) / kMlaMma16Heads;
+    const bool small = groups * std::max(batch, 1) * int64_t{std::max(max_seq_len, 1)} <= kMlaAutoMma16Rows;
+    kernel = heads <= kMlaAutoMma16MaxHeads || small ? MlaDecodeKernel::kMma16 : MlaDecodeKernel::kSeesaw;
   }
   const bool mma16 = kernel == MlaDecodeKernel::kMma16;
   p.kernel = kernel;

@@ -72,11 +72,17 @@ enum class MlaDecodeKernel : int {
 };
 inline constexpr int kMlaMma16Heads = 16;
 inline constexpr int kMlaWgmmaHeads = 64;
-// kAuto takes kMma16 up to this many heads per GPU (groups of ≤ 16 heads share tiles through L2), kSeesaw
-// above. Measured on the H200 (B=1, 32k): at 12 and 16 heads kMma16 takes 18.4 / 20.0 us, kSeesaw 23.3 /
-// 23.2; at 24 and 32 heads kSeesaw 24.0 / 24.5 us, kMma16 27.3 / 27.4; at 96 heads kSeesaw is 1.2x (4k) to
-// 2.0x (B=64) faster than kWgmma64 (which is kept for comparison).
+// kAuto takes kMma16 up to kMlaAutoMma16MaxHeads heads per GPU, and above it while its groups of 16 heads times
+// the batch's cache rows (batch x max_seq_len) stay within kMlaAutoMma16Rows; kSeesaw otherwise. Each kMma16
+// group reads every row (the groups share them through L2) with no padding of the heads; kSeesaw reads a row
+// once for up to 64 heads, padded to 64. Measured on the H200 (2026-12-01, machines DY and DZ, PERF.md): at B=1
+// 4k kMma16 takes 8.9-12.9 us at 20-96 heads, kSeesaw 13.1-15.0; at 20-32 heads (2 groups) B=1 32k / B=8 4k
+// kMma16 20.7-20.9 / 22.5-24.4 us, kSeesaw 21.5-22.1 / 23.6-25.8; with 3 groups or more at 32k rows, or 2 groups
+// at B=8 32k, kSeesaw is faster (22.0 against 27.1 us at 40 heads B=1 32k; 84 against 117 at 20 heads B=8 32k).
+// At 12 and 16 heads kMma16 is the faster at every batch and length measured; at 96 heads kSeesaw is 1.2x (4k)
+// to 2.0x (B=64) faster than kWgmma64 (which is kept for comparison).
 inline constexpr int kMlaAutoMma16MaxHeads = 16;
+inline constexpr int64_t kMlaAutoMma16Rows = 65536;
 
 const char* mla_decode_kernel_name(MlaDecodeKernel kernel);
 
@@ -90,7 +96,7 @@ struct MlaDecodePlan {
 };
 
 // max_seq_len: host-side bound on seq_lens (the scheduler knows it); sm_count: from DeviceInfo. `kernel`
-// forces one kernel (tests and benchmarks compare them); kAuto picks by heads.
+// forces one kernel (tests and benchmarks compare them); kAuto picks by heads, batch and length (above).
 MlaDecodePlan plan_mla_decode(int batch, int heads, int max_seq_len, int sm_count,
                               MlaDecodeKernel kernel = MlaDecodeKernel::kAuto);
 
