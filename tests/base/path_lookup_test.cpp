@@ -5,7 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <fstream>
+#include <string>
 
 #include "kimirt/base/error.h"
 
@@ -16,7 +19,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 TEST(PathLookup, PresentAbsentAndFailed) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "kimirt_path_lookup";
+  const fs::path dir = fs::path(::testing::TempDir()) / ("kimirt_path_lookup_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "file") << "x";
@@ -30,6 +33,7 @@ TEST(PathLookup, PresentAbsentAndFailed) {
   EXPECT_EQ(look_up(dir), PathLookup::kPresent);
   EXPECT_EQ(look_up(dir / "absent"), PathLookup::kAbsent);
   EXPECT_EQ(look_up(dir / "dangling"), PathLookup::kAbsent);
+  EXPECT_EQ(look_up(dir / "file" / "below"), PathLookup::kAbsent) << "ENOTDIR, as std::filesystem::exists has it";
   EXPECT_EQ(look_up(dir / "loop", &why), PathLookup::kFailed);
   EXPECT_FALSE(why.empty());
   EXPECT_EQ(look_up(dir / "loop" / "below"), PathLookup::kFailed);

@@ -63,6 +63,18 @@ TEST(FiniteValues, PiecesCutAnywhereCountAsOne) {
     EXPECT_EQ(c.first(), 0u) << cut;
     EXPECT_EQ(c.pending_bytes(), 0u) << cut;
   }
+  // The first bad element at index 13, split between pieces at most cuts.
+  std::vector<uint32_t> later(37, 0x3F800000u);
+  later[13] = 0xFF800000u;
+  const std::vector<uint8_t> later_bytes = bytes_of(later);
+  for (uint64_t cut = 1; cut <= 9; ++cut) {
+    NonfiniteCount c(DType::kF32);
+    for (uint64_t at = 0; at < later_bytes.size(); at += cut) {
+      c.add(later_bytes.data() + at, std::min(cut, later_bytes.size() - at));
+    }
+    EXPECT_EQ(c.nonfinite(), 1u) << cut;
+    EXPECT_EQ(c.first(), 13u) << cut;
+  }
   NonfiniteCount c(DType::kF32);
   c.add(bytes.data() + 4, 10);  // elements 1, 2 and half of 3
   EXPECT_EQ(c.elements(), 2u);

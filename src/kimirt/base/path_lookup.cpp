@@ -10,7 +10,10 @@ PathLookup look_up(const std::filesystem::path& path, std::string* why) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (std::filesystem::exists(status)) return PathLookup::kPresent;
-  if (!ec || ec == std::errc::no_such_file_or_directory) return PathLookup::kAbsent;
+  // ENOTDIR (a component of the path is a file) is an absence, as std::filesystem::exists has it.
+  if (!ec || ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory) {
+    return PathLookup::kAbsent;
+  }
   if (why) *why = ec.message();
   return PathLookup::kFailed;
 }

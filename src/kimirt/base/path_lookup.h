@@ -11,7 +11,8 @@ namespace kimirt {
 
 enum class PathLookup { kAbsent, kPresent, kFailed };
 
-// Follows symbolic links (a dangling one is absent). On kFailed, `why` (when given) gets the system's reason.
+// Follows symbolic links (a dangling one is absent, as is a path through a file). On kFailed, `why` (when given)
+// gets the system's reason.
 PathLookup look_up(const std::filesystem::path& path, std::string* why = nullptr);
 
 // True when `path` is there, false when it is absent; throws kimirt::Error naming it when the lookup fails.

@@ -79,7 +79,10 @@ CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir, bool ch
   auto inspection = io::inspect_checkpoint_dir(dir);
   s.errors = std::move(inspection.report.errors);
   s.warnings = std::move(inspection.report.warnings);
-  if (!inspection.checkpoint) return s;
+  if (!inspection.checkpoint) {
+    if (check_values) s.warnings.push_back("values not checked: the checkpoint has errors");
+    return s;
+  }
   const io::Checkpoint& checkpoint = *inspection.checkpoint;
   const std::string config_path = (dir / "config.json").string();
   stage(s.errors, "shards", [&] {

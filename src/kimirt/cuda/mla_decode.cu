@@ -461,8 +461,10 @@ MlaDecodePlan plan_mla_decode(int batch, int heads, int max_seq_len, int sm_coun
                       "plan_mla_decode: unknown kernel ", static_cast<int>(kernel));
   MlaDecodePlan p;
   if (kernel == MlaDecodeKernel::kAuto) {
-    const int64_t groups = (heads + kMlaMma16Heads - 1) / kMlaMma16Heads;
-    const bool small = groups * std::max(batch, 1) * int64_t{std::max(max_seq_len, 1)} <= kMlaAutoMma16Rows;
+    const int64_t groups = (int64_t{heads} + kMlaMma16Heads - 1) / kMlaMma16Heads;
+    // groups x batch x length <= kMlaAutoMma16Rows, by division (no product to overflow); mla_decode takes at
+    // most 65535 head groups.
+    const bool small = groups <= 65535 && groups <= kMlaAutoMma16Rows / std::max(batch, 1) / std::max(max_seq_len, 1);
     kernel = heads <= kMlaAutoMma16MaxHeads || small ? MlaDecodeKernel::kMma16 : MlaDecodeKernel::kSeesaw;
   }
   const bool mma16 = kernel == MlaDecodeKernel::kMma16;
