@@ -568,5 +568,61 @@ TEST_F(EngineTest, AFailedStepEndsItsRequestsWithTheErrorAndTheEngineGoesOn) {
   EXPECT_EQ(col.at(second).tokens, alone(r));
 }
 
+// A lockstep engine (a rank of a parallel group) whose step fails ends every request it holds, not only the
+// step's batch: the fifth request, waiting for one of the 4 cache slots, gets its final event too (it had none,
+// and a server waiting on it would hang); the step rethrows.
+TEST_F(EngineTest, ALockstepEngineWhoseStepFailsEndsEveryRequest) {
+  testing::TestBackend t(model_);
+  FailingBackend failing(t.backend);
+  Collector col;
+  EngineConfig config;
+  config.lockstep = true;
+  Engine engine(failing, config, col.callback());
+  std::vector<int64_t> submitted;
+  for (uint32_t i = 0; i < 5; ++i) submitted.push_back(engine.submit(greedy(ids(7, 20 + i), 4)));
+  failing.fail = true;
+  EXPECT_ANY_THROW(engine.step());
+  for (int64_t id : submitted) {
+    EXPECT_EQ(col.at(id).finished_events, 1) << id;
+    EXPECT_EQ(col.at(id).reason, FinishReason::kError) << id;
+    EXPECT_THAT(col.at(id).error, HasSubstr("injected failure in layer 0")) << id;
+  }
+  EXPECT_TRUE(engine.idle());
+  EXPECT_EQ(engine.cache().free_slots(), engine.cache().config().max_sequences);
+}
+
+// A stop string that only the bytes the decoder holds at the end complete (an incomplete character, shown as
+// U+FFFD when the length limit ends the request) ends the request as a stop, as a stop string found mid-stream
+// does (it had ended as "length", the text cut all the same).
+TEST_F(EngineTest, AStopStringCompletedByTheHeldBytesIsAStop) {
+  const auto tokenizer = text::Tokenizer::load(testing::testdata("tokenizer"));
+  EngineConfig config;
+  config.tokenizer = tokenizer;
+  // Greedy outputs until one stops after a token that leaves bytes of a character held.
+  for (uint32_t seed = 1; seed < 200; ++seed) {
+    const auto r = greedy(ids(6, seed), 24);
+    const std::vector<int32_t> tokens = alone(r, config);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      text::StreamDecoder decoder(tokenizer, true);
+      std::string shown;
+      for (size_t j = 0; j <= i; ++j) shown += decoder.push(tokens[j]);
+      const std::string held = decoder.finish();
+      if (held.empty()) continue;
+      auto stopping = r;
+      stopping.sampling.max_tokens = static_cast<int>(i + 1);
+      stopping.sampling.stop_strings = {held};
+      testing::TestBackend t(model_);
+      Collector col;
+      Engine engine(t.backend, config, col.callback());
+      const int64_t id = engine.submit(stopping);
+      engine.run_until_idle();
+      EXPECT_EQ(col.at(id).reason, FinishReason::kStop) << "seed " << seed << ", token " << i;
+      EXPECT_EQ(col.at(id).text, shown);
+      return;
+    }
+  }
+  FAIL() << "no greedy output held bytes at a token";
+}
+
 }  // namespace
 }  // namespace kimirt::runtime

@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <map>
 
 #include "kimirt/runtime/rank_group.h"
@@ -100,9 +102,13 @@ TEST(ParallelEngine, TensorParallelRanksTakeRankZerosSampledTokens) {
   EXPECT_EQ(tokens[1], tokens[0]);
 }
 
+// Every rank's every request still gets its one final event, kError: those of the failing step's batch, and the
+// fifth, left waiting for a cache slot (4 per rank), which had none.
 void expect_failure_stops_the_group(const ParallelConfig& pc) {
   SCOPED_TRACE(pc.str());
   const RandomModel m(testing::k3_tiny_config(), 53);
+  constexpr int kRequests = 5;
+  std::vector<std::atomic<int>> errors(static_cast<size_t>(pc.tp)), others(static_cast<size_t>(pc.tp));
   std::string error;
   try {
     run_local_ranks(pc.tp, [&](Comm& comm) {
@@ -110,14 +116,23 @@ void expect_failure_stops_the_group(const ParallelConfig& pc) {
       CpuBackend backend(m.config(), m.store(mapping), comm, mapping, testing::small_cache());
       testing::FailingBackend failing(backend);
       failing.fail = comm.rank() == 1;  // the other ranks go on into the step's collectives
-      ParallelEngine engine(failing, comm, {}, nullptr);
-      engine.engine().submit(request(testing::random_ids(5, m.config().vocab_size, 3), 3));
+      const size_t rank = static_cast<size_t>(comm.rank());
+      ParallelEngine engine(failing, comm, {}, [&, rank](const TokenEvent& e) {
+        if (e.finished) ++(e.reason == FinishReason::kError ? errors[rank] : others[rank]);
+      });
+      for (int i = 0; i < kRequests; ++i) {
+        engine.engine().submit(request(testing::random_ids(5, m.config().vocab_size, 3 + i), 3));
+      }
       engine.run_until_idle();
     });
   } catch (const Error& e) {
     error = e.what();
   }
   EXPECT_THAT(error, HasSubstr("injected failure in layer 0"));
+  for (int r = 0; r < pc.tp; ++r) {
+    EXPECT_EQ(errors[static_cast<size_t>(r)].load(), kRequests) << "rank " << r;
+    EXPECT_EQ(others[static_cast<size_t>(r)].load(), 0) << "rank " << r;
+  }
 }
 
 TEST(ParallelEngine, AFailingRankStopsTheGroupWithItsError) {

@@ -11,6 +11,20 @@
 #include "kimirt/text/stream_decoder.h"
 
 namespace kimirt::runtime {
+namespace {
+
+// The text of the exception being handled (inside a catch): its what(), or a word for any other type.
+std::string current_exception_text() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "a non-standard exception";
+  }
+}
+
+}  // namespace
 
 struct Engine::Request {
   int64_t id = 0;
@@ -125,6 +139,8 @@ void Engine::emit(const TokenEvent& event) {
     on_token_(event);
   } catch (const std::exception& e) {
     log::error("engine: the token callback of request {} threw: {}", event.request_id, e.what());
+  } catch (...) {
+    log::error("engine: the token callback of request {} threw a non-standard exception", event.request_id);
   }
 }
 
@@ -134,9 +150,16 @@ void Engine::finish(Request& r, FinishReason reason, int32_t token, std::string 
     // Bytes held back for an incomplete character or a possible stop string are shown now.
     std::string tail = r.decoder->finish();
     if (r.stops) {
-      // After a stop string nothing more is shown.
-      tail = r.stops->stopped() ? std::string() : r.stops->push(tail).text;
-      if (!r.stops->stopped()) tail += r.stops->finish();
+      if (r.stops->stopped()) {
+        tail.clear();  // after a stop string nothing more is shown
+      } else {
+        auto res = r.stops->push(tail);
+        tail = std::move(res.text);
+        // A stop string the held bytes complete (an incomplete character shown as U+FFFD, a held tag name)
+        // ends the request as a stop, as it does mid-stream, where a stop string ranks above the length limit.
+        if (res.stopped && reason == FinishReason::kLength) reason = FinishReason::kStop;
+        if (!r.stops->stopped()) tail += r.stops->finish();
+      }
     }
     text += tail;
   }
@@ -254,12 +277,29 @@ void Engine::fail_batch(const std::vector<Request*>& batch, const std::string& m
   drop_finished();
 }
 
+void Engine::fail_all(const std::string& message) {
+  take_incoming();
+  for (auto& r : running_) {
+    if (!r->finished) finish(*r, FinishReason::kError, -1, {}, message);
+  }
+  for (auto& r : waiting_) finish(*r, FinishReason::kError, -1, {}, message);
+  waiting_.clear();
+  drop_finished();
+}
+
 bool Engine::step() {
   const int64_t before = active_.load();
   take_incoming();
   admit();
   if (running_.empty()) {
-    if (config_.lockstep) forward_.run(StepBatch{});  // nothing of ours, but the group's collectives need us
+    if (config_.lockstep) {  // nothing of ours, but the group's collectives need us
+      try {
+        forward_.run(StepBatch{});
+      } catch (...) {
+        fail_all("the group's step failed: " + current_exception_text());
+        throw;
+      }
+    }
     return active_.load() != before;
   }
 
@@ -311,6 +351,8 @@ bool Engine::step() {
             on_prompt_logits_(r.id, s.start_position, host, s.num_tokens);
           } catch (const std::exception& e) {
             log::error("engine: the prompt-logits callback of request {} threw: {}", r.id, e.what());
+          } catch (...) {
+            log::error("engine: the prompt-logits callback of request {} threw a non-standard exception", r.id);
           }
         }
         if (!r.decoding()) continue;           // more of the prompt to go
@@ -333,9 +375,13 @@ bool Engine::step() {
     std::vector<int32_t> tokens(sampled.size());
     if (!sampled.empty()) backend_.sample(logits.get(), sample_rows, samplers, tokens);
     for (size_t i = 0; i < sampled.size(); ++i) after_sample(*sampled[i], tokens[i], raw[i]);
-  } catch (const std::exception& e) {
-    fail_batch(members, e.what());
-    if (config_.lockstep) throw;
+  } catch (...) {
+    const std::string message = current_exception_text();
+    fail_batch(members, message);
+    if (config_.lockstep) {
+      fail_all("the group's step failed: " + message);
+      throw;
+    }
     return true;
   }
 

@@ -80,7 +80,9 @@ class Engine {
   void cancel(int64_t request_id);
 
   // Runs one step: takes new requests and cancellations, admits what fits, runs one batch, delivers its
-  // tokens. Returns false when there was nothing to do (a lockstep engine has then run an empty forward).
+  // tokens. Returns false when there was nothing to do (a lockstep engine has then run an empty forward). A
+  // failing forward ends the batch's requests with kError and the engine goes on; a lockstep engine ends every
+  // request it holds (fail_all) and rethrows.
   bool step();
   // Steps until every request has finished.
   void run_until_idle();
@@ -88,6 +90,9 @@ class Engine {
   void wait_for_work(std::chrono::milliseconds timeout);
 
   bool idle() const;  // thread-safe: nothing queued, waiting or running, and every final event delivered
+  // For the step() thread: ends every request the engine holds (queued, waiting or running) with a kError event
+  // carrying `message`. A lockstep engine does so itself when its step fails, since its group cannot go on.
+  void fail_all(const std::string& message);
   // For the step() thread (or once the engine is idle).
   const EngineStats& stats() const { return stats_; }
   const CacheManager& cache() const { return cache_; }

@@ -1,5 +1,6 @@
 #include "kimirt/runtime/parallel_engine.h"
 
+#include <string>
 #include <utility>
 
 namespace kimirt::runtime {
@@ -17,7 +18,13 @@ ParallelEngine::ParallelEngine(Backend& backend, Comm& comm, EngineConfig config
 
 bool ParallelEngine::step() {
   int64_t busy = engine_.idle() ? 0 : 1;
-  comm_.all_reduce_sum(&busy, 1, DType::kI64);
+  try {
+    comm_.all_reduce_sum(&busy, 1, DType::kI64);
+  } catch (const std::exception& e) {
+    // Another rank failed and aborted the group: this rank's requests end here too, each with an event.
+    engine_.fail_all(std::string("the group's step failed: ") + e.what());
+    throw;
+  }
   if (busy == 0) return false;
   engine_.step();
   ++steps_;

@@ -9,7 +9,8 @@
 //     group step (the ranks then schedule identical batches; sampling happens on rank 0 and is broadcast, so
 //     they stay identical). A server will have to forward them from rank 0; the CLI submits before running;
 //   attention-DP on: its own requests (any split; a rank may have none).
-// A step that fails on one rank is rethrown there (the group is then unusable: abort its Comm).
+// A step that fails on one rank is rethrown there (the group is then unusable: abort its Comm); every rank whose
+// step fails, itself or through the aborted Comm, first ends each request it holds with a kError event.
 #pragma once
 
 #include "kimirt/comm/comm.h"

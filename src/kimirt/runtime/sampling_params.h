@@ -14,7 +14,10 @@ struct SamplingParams {
   int top_k = 0;             // 0: off
   float top_p = 1.0f;        // 1: off
   float min_p = 0.0f;        // 0: off; keeps tokens with p >= min_p * p_max
-  uint64_t seed = 0;         // each request has its own generator, so results do not depend on batching
+  // Each request has its own generator, so its draws do not depend on batching. The logits it draws from may
+  // differ in their last bits with the batch's make-up (the CPU backend's GEMV serves up to 4 rows, its GEMM
+  // more), so a near tie can still turn another way in another batch.
+  uint64_t seed = 0;
   // Hugging Face semantics: over prompt and generated tokens, logit / p if positive, logit * p if not.
   float repetition_penalty = 1.0f;
   // OpenAI semantics: over generated tokens; presence once per token, frequency per occurrence.
