@@ -1,13 +1,21 @@
-// Stop strings across chunk boundaries: held-back text, the earliest stop winning, and text that only
-// looked like the start of a stop string being released.
+// Stop strings across chunk boundaries: held-back text, the stop completed first winning whatever the chunks,
+// text that only looked like the start of a stop string being released, and the stop strings refused.
 #include "kimirt/text/stop_matcher.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
+#include "common/error_of.h"
 #include "kimirt/base/error.h"
 
 namespace kimirt::text {
 namespace {
+
+using kimirt::test::error_of;
+using ::testing::HasSubstr;
 
 TEST(StopMatcher, MatchesAcrossChunks) {
   StopMatcher m({"<|im_end|>"});
@@ -41,6 +49,39 @@ TEST(StopMatcher, EarliestStopWinsAndTextBeforeItIsKept) {
   EXPECT_EQ(r.stop, "xyz");
 }
 
+// The stop completed first wins (of two completed by the same byte, the longer), so that every way of cutting
+// the same text into chunks stops at the same place with the same stop: with the earliest start, "abcd" seen
+// whole stopped on "abcd" and "abc" + "d" on "bc".
+TEST(StopMatcher, TheSameTextStopsAlikeHoweverItIsCut) {
+  const std::string text = "xxabcdyy";
+  for (const auto& stops :
+       std::vector<std::vector<std::string>>{{"bc", "abcd"}, {"abcd", "bc"}, {"abc", "bc"}, {"cd", "abc", "bcd"}}) {
+    std::string want_text, want_stop;
+    for (size_t cut1 = 0; cut1 <= text.size(); ++cut1) {
+      for (size_t cut2 = cut1; cut2 <= text.size(); ++cut2) {
+        StopMatcher m(stops);
+        std::string shown, stop;
+        for (const auto& piece : {text.substr(0, cut1), text.substr(cut1, cut2 - cut1), text.substr(cut2)}) {
+          const auto r = m.push(piece);
+          shown += r.text;
+          if (r.stopped) {
+            stop = r.stop;
+            break;
+          }
+        }
+        ASSERT_FALSE(stop.empty()) << stops[0] << " cut at " << cut1 << ", " << cut2;
+        if (cut1 == 0 && cut2 == 0) want_text = shown, want_stop = stop;
+        EXPECT_EQ(shown, want_text) << stops[0] << " cut at " << cut1 << ", " << cut2;
+        EXPECT_EQ(stop, want_stop) << stops[0] << " cut at " << cut1 << ", " << cut2;
+      }
+    }
+  }
+  StopMatcher m({"bc", "abcd"});
+  const auto r = m.push("abcd");
+  EXPECT_EQ(r.stop, "bc");
+  EXPECT_EQ(r.text, "a");
+}
+
 TEST(StopMatcher, SingleCharacterChunksOfMultibyteText) {
   StopMatcher m({"。\n"});
   std::string shown;
@@ -59,6 +100,14 @@ TEST(StopMatcher, NoStopsPassesEverythingThrough) {
 }
 
 TEST(StopMatcher, EmptyStopStringIsAnError) { EXPECT_THROW(StopMatcher({"ok", ""}), Error); }
+
+// A stop of a character's tail bytes would match inside the character (the tail of 中 inside 中) and cut the text
+// shown in the middle of it.
+TEST(StopMatcher, StopStringThatIsNotUtf8IsAnError) {
+  EXPECT_THAT(error_of([] { StopMatcher({"ok", "\xb8\xad"}); }), HasSubstr("stop string 1 is not UTF-8 (byte 0)"));
+  EXPECT_THAT(error_of([] { StopMatcher({"\xe4\xb8"}); }), HasSubstr("stop string 0 is not UTF-8 (byte 0)"));
+  EXPECT_NO_THROW(StopMatcher({"中", "\n\n"}));
+}
 
 }  // namespace
 }  // namespace kimirt::text

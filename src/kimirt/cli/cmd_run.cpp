@@ -242,7 +242,11 @@ const RegisterCommand kRun("run", 10, [](CLI::App& app) {
                   "checkpoint directory (default: a small random Kimi K3, generated once into the cache directory)")
       ->check(not_empty());
   auto* text =
-      cmd->add_option("-p,--prompt", o->prompt, "prompt text (needs the model's tokenizer)")->check(utf8_text());
+      cmd->add_option(
+             "-p,--prompt", o->prompt,
+             "prompt text, raw: no chat template, and special-token text such as <|im_end|> is that token (needs the "
+             "model's tokenizer)")
+          ->check(utf8_text());
   auto* ids = cmd->add_option("--ids", o->ids, "prompt token ids, comma separated: 1,2,3")->check(not_empty());
   text->excludes(ids);
   add_sampling_options(cmd, o->sampling, "tokens to generate at most");

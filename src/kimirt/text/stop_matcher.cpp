@@ -7,11 +7,18 @@
 #include <algorithm>
 
 #include "kimirt/base/error.h"
+#include "kimirt/text/utf8.h"
 
 namespace kimirt::text {
 
 StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
-  for (size_t i = 0; i < stops_.size(); ++i) KIMIRT_CHECK(!stops_[i].empty(), "stop string {} is empty", i);
+  for (size_t i = 0; i < stops_.size(); ++i) {
+    KIMIRT_CHECK(!stops_[i].empty(), "stop string {} is empty", i);
+    // Only whole characters: a stop made of a character's tail bytes would match inside that character and cut
+    // the text shown in the middle of it.
+    const size_t bad = find_invalid_utf8(stops_[i]);
+    KIMIRT_CHECK(bad == stops_[i].size(), "stop string {} is not UTF-8 (byte {})", i, bad);
+  }
 }
 
 StopMatcher::Result StopMatcher::push(std::string_view chunk) {
@@ -21,12 +28,18 @@ StopMatcher::Result StopMatcher::push(std::string_view chunk) {
   held_.clear();
   buffer.append(chunk);
 
-  size_t first = std::string::npos;
+  // The stop that ends first, and of those the one that starts first: the one a byte-by-byte stream completes
+  // first, so that the same text stops at the same place however it was cut into chunks (the earliest start
+  // would pick "abcd" over "bc" in "abcd" seen whole, and "bc" when "d" came later).
+  size_t first = std::string::npos, first_end = std::string::npos;
   const std::string* found = nullptr;
   for (const auto& stop : stops_) {
     const size_t at = buffer.find(stop);
-    if (at < first) {
+    if (at == std::string::npos) continue;
+    const size_t end = at + stop.size();
+    if (end < first_end || (end == first_end && at < first)) {
       first = at;
+      first_end = end;
       found = &stop;
     }
   }

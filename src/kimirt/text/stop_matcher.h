@@ -1,6 +1,7 @@
 // Stop strings on streamed text. Generated text arrives in arbitrary chunks, so a stop string may be cut
 // between chunks ("<|im" + "_end|>", "\n\nUs" + "er:"). The matcher shows text only once it can no longer
-// become part of a stop string, and ends the stream at the first stop string, which is not shown.
+// become part of a stop string, and ends the stream at the first stop string to be completed (of two completed
+// by the same byte, the longer), which is not shown: the same text stops at the same place however it is cut.
 #pragma once
 
 #include <string>
@@ -17,7 +18,8 @@ class StopMatcher {
     std::string stop;      // the stop string found
   };
 
-  // Throws kimirt::Error naming the index of an empty stop string (it would stop before any text).
+  // Throws kimirt::Error naming the index of an empty stop string (it would stop before any text) or of one that
+  // is not UTF-8.
   explicit StopMatcher(std::vector<std::string> stops);
 
   // Feeds the next chunk (whole UTF-8 characters, as StreamDecoder emits). After a stop, returns empty
