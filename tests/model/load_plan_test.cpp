@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <utility>
+
 #include "loader_test_util.h"
 
 namespace kimirt::model {
@@ -178,22 +181,34 @@ TEST(LoadPlan, UnexpectedKeysWarnOrFailWhenStrict) {
                         "language_model.model.layers.9.mlp.up_proj.weight"));
 }
 
-// A K3 checkpoint with AttnRes weights read under a config that turns AttnRes off (attn_res_block_size 0): the
-// model would run without the residual mixing the weights were trained with, so the plan refuses it, naming the
-// tensors (it had ignored them with the warning for stray tensors).
-TEST(LoadPlan, AttnResTensorsUnderAConfigWithoutAttnResAreRefused) {
+// A K3 checkpoint read under a config that turns one of its parts off (AttnRes, the MLA output gate, the shared
+// experts, an untied LM head): the model would run without weights it was trained with, so the plan refuses it,
+// naming the field and the tensors (it had ignored them with the warning for stray tensors).
+TEST(LoadPlan, WeightsOfAPartTheConfigTurnsOffAreRefused) {
   Scratch scratch;
-  ModelConfig config = tiny_config(ModelFamily::kKimiK3, loadtest::small_k3_dims());
-  ASSERT_TRUE(config.has_attn_res());
+  const ModelConfig config = tiny_config(ModelFamily::kKimiK3, loadtest::small_k3_dims());
+  ASSERT_TRUE(config.has_attn_res() && config.mla_use_output_gate && config.num_shared_experts > 0 &&
+              !config.tie_word_embeddings);
   const auto dir = loadtest::make_checkpoint(scratch / "k3", config);
   const io::Checkpoint c = io::Checkpoint::open(dir);
-  config.attn_res_block_size = 0;
-  const Schema schema = Schema::for_checkpoint(config, checkpoint_keys(c));
-  const std::string message = error_of([&] { LoadPlan::build(c, schema, ParallelMapping{}); });
-  EXPECT_THAT(message, HasSubstr("block attention residual (AttnRes) tensor(s) are in the checkpoint, but the "
-                                 "config's attn_res_block_size is 0"));
-  EXPECT_THAT(message, HasSubstr("language_model.model."));
-  EXPECT_THAT(message, HasSubstr("_res_"));
+  const std::pair<std::function<void(ModelConfig&)>, std::string> parts[] = {
+      {[](ModelConfig& m) { m.attn_res_block_size = 0; },
+       "block attention residual (AttnRes) tensor(s) are in the checkpoint, but the config's attn_res_block_size is 0"},
+      {[](ModelConfig& m) { m.mla_use_output_gate = false; },
+       "MLA output gate tensor(s) are in the checkpoint, but the config's mla_use_output_gate is false"},
+      {[](ModelConfig& m) { m.num_shared_experts = 0; },
+       "shared expert tensor(s) are in the checkpoint, but the config's num_shared_experts is 0"},
+      {[](ModelConfig& m) { m.tie_word_embeddings = true; },
+       "1 LM head tensor(s) are in the checkpoint, but the config's tie_word_embeddings is true"},
+  };
+  for (const auto& [off, message] : parts) {
+    ModelConfig changed = config;
+    off(changed);
+    const Schema schema = Schema::for_checkpoint(changed, checkpoint_keys(c));
+    const std::string error = error_of([&] { LoadPlan::build(c, schema, ParallelMapping{}); });
+    EXPECT_THAT(error, HasSubstr(message));
+    EXPECT_THAT(error, HasSubstr("language_model."));
+  }
 }
 
 TEST(LoadPlan, WrongShapeOrDtypeIsRefusedBeforeAnyRead) {

@@ -591,6 +591,21 @@ TEST_F(LoaderFault, NanBlockScalesAreRefusedAndNamed) {
                                       fp8_base, bad));
   }
   {
+    // Scales so large that their weights overflow float: E8M0 2^127, an F32 of 1e37 (times 448).
+    auto big = good_;
+    big.tensors.at(mx).bytes.at(static_cast<size_t>(cols + 1)) = 0xFE;
+    cases.emplace_back(big, fmt::format("{}: block scale {} (row 1, column 1) decodes to 2^127, so large that E2M1 "
+                                        "values (up to 6) overflow ({} code 0xfe): every weight it scales would be "
+                                        "infinite where large",
+                                        mx, cols + 1, dtype_name(raw.tensors.at(mx).dtype)));
+    auto f = fp8;
+    const float huge = 1e37f;
+    std::memcpy(f.tensors.at(fp8_base + ".weight_scale_inv").bytes.data(), &huge, sizeof huge);
+    cases.emplace_back(f, fmt::format("{}.weight_scale_inv: block scale 0 (row 0, column 0) decodes to a number so "
+                                      "large that E4M3 weights (up to 448) overflow (F32 {})",
+                                      fp8_base, static_cast<double>(huge)));
+  }
+  {
     // A negative scale: no quantizer writes one, and it would flip its block's signs silently.
     auto f = fp8;
     const float bad = -0.5f;

@@ -31,12 +31,16 @@ TEST(ScaleCodes, EachFormatsBlockScaleAndNothingElse) {
   EXPECT_EQ(block_scale_code(fp8, component(fp8, "weight"), DType::kF8E4M3), ScaleCode::kNone);
 }
 
-TEST(ScaleCodes, E8m0NanIsInvalidAndZeroIsCounted) {
-  const std::vector<uint8_t> codes = {127, 0, 0xFE, 0xFF, 1, 0, 0xFF};
+// NaN (0xFF), and 2^126 / 2^127 (0xFD, 0xFE), under which E2M1 values of 4 and 6 (0xFD) or 2 and up (0xFE)
+// overflow float: invalid. 0xFC (2^125, times 6 still finite) is not.
+TEST(ScaleCodes, E8m0NanAndOverflowingCodesAreInvalidAndZeroIsCounted) {
+  const std::vector<uint8_t> codes = {127, 0, 0xFC, 0xFF, 1, 0, 0xFE, 0xFD};
   const ScaleCodeCount n = count_scale_codes(ScaleCode::kE8M0, DType::kU8, codes.data(), codes.size());
-  EXPECT_EQ(n.invalid, 2u);
+  EXPECT_EQ(n.invalid, 3u);
   EXPECT_EQ(n.first_invalid, 3u);
   EXPECT_EQ(n.e8m0_zero, 2u);
+  EXPECT_TRUE(std::isfinite(std::ldexp(6.0f, 0xFC - 127)));
+  EXPECT_FALSE(std::isfinite(std::ldexp(6.0f, 0xFD - 127)));
 }
 
 TEST(ScaleCodes, E4m3NanOfEitherSignAndNegativesAreInvalid) {
@@ -64,12 +68,15 @@ TEST(ScaleCodes, FloatScalesNonFiniteOrNegativeAreInvalidInEveryWidth) {
     EXPECT_EQ(n.first_invalid, 300u) << dtype_name(d);
   }
   // F64 scales are read as f32 by every consumer: 1e300 becomes infinity there and is invalid, 1e30 is not.
-  const double scales[3] = {1e30, 1e300, -1.0};
+  // 1e36 is finite but scales an E4M3 weight of 448 past the float range (kMaxFloatBlockScale, about 7.6e35).
+  const double scales[4] = {1e30, 1e300, -1.0, 1e36};
   std::vector<uint8_t> f64(sizeof scales);
   std::memcpy(f64.data(), scales, sizeof scales);
-  const ScaleCodeCount n = count_scale_codes(ScaleCode::kFloat, DType::kF64, f64.data(), 3);
-  EXPECT_EQ(n.invalid, 2u);
+  const ScaleCodeCount n = count_scale_codes(ScaleCode::kFloat, DType::kF64, f64.data(), 4);
+  EXPECT_EQ(n.invalid, 3u);
   EXPECT_EQ(n.first_invalid, 1u);
+  EXPECT_TRUE(std::isfinite(448.0f * kMaxFloatBlockScale));
+  EXPECT_FALSE(std::isfinite(448.0f * std::nextafter(kMaxFloatBlockScale, INFINITY) * 1.0001f));
 }
 
 }  // namespace

@@ -35,6 +35,58 @@ bool ignored_key(const std::string& key, const std::string& prefix) {
   return false;
 }
 
+// Weights of a part the config turns off (AttnRes, the MLA output gate, the shared experts, an untied LM head):
+// the model would run without what its weights were trained with, so the config and the checkpoint disagree, an
+// error (tensors of a part no model here has, a vision tower say, are only warned about). A part's keys are
+// those the same config with the part on expects beyond this one's.
+void refuse_parts_switched_off(const Schema& schema, const std::vector<std::string>& unexpected,
+                               const std::set<std::string>& known, const std::string& dir) {
+  struct Part {
+    const char* what;
+    const char* field;
+    const char* value;
+    void (*on)(ModelConfig&);
+    const char* fix;
+  };
+  const ModelConfig& c = schema.config();
+  std::vector<Part> off;
+  if (!c.has_attn_res()) {
+    off.push_back({"block attention residual (AttnRes)", "attn_res_block_size", "0",
+                   [](ModelConfig& m) { m.attn_res_block_size = std::max<int64_t>(m.num_layers, 1); },
+                   "set it to the block size the checkpoint was trained with (Kimi K3: 12)"});
+  }
+  if (!c.mla_use_output_gate) {
+    off.push_back({"MLA output gate", "mla_use_output_gate", "false",
+                   [](ModelConfig& m) { m.mla_use_output_gate = true; }, "set it to true"});
+  }
+  if (c.num_experts > 0 && c.num_shared_experts == 0) {
+    off.push_back({"shared expert", "num_shared_experts", "0", [](ModelConfig& m) { m.num_shared_experts = 1; },
+                   "set it to the checkpoint's count"});
+  }
+  if (c.tie_word_embeddings) {
+    off.push_back({"LM head", "tie_word_embeddings", "true", [](ModelConfig& m) { m.tie_word_embeddings = false; },
+                   "set it to false (the head is its own tensor)"});
+  }
+  for (const Part& part : off) {
+    ModelConfig with = c;
+    part.on(with);
+    std::set<std::string> keys;
+    try {
+      keys = Schema(with, schema.layout()).all_checkpoint_keys();
+    } catch (const Error&) {
+      continue;  // a configuration the part cannot be added to: nothing to compare
+    }
+    std::vector<std::string> found;
+    for (const auto& key : unexpected) {
+      if (keys.contains(key) && !known.contains(key)) found.push_back(key);
+    }
+    KIMIRT_CHECK(found.empty(),
+                 "{}: {} {} tensor(s) are in the checkpoint, but the config's {} is {}, which runs the model without "
+                 "them: {}, or remove the tensors: {}",
+                 dir, found.size(), part.what, part.field, part.value, part.fix, list_keys(found));
+  }
+}
+
 uint64_t element_bytes(DType dtype, std::string_view key) {
   const int bits = dtype_bits(dtype);
   KIMIRT_CHECK(bits % 8 == 0, "{}: {} elements are not whole bytes", key, dtype_name(dtype));
@@ -267,31 +319,7 @@ LoadPlan LoadPlan::build(const io::Checkpoint& checkpoint, const Schema& schema,
   for (const auto& name : checkpoint.tensor_names()) {
     if (!known.contains(name) && !ignored_key(name, schema.layout().prefix)) plan.unexpected_.push_back(name);
   }
-  if (!plan.unexpected_.empty() && !schema.config().has_attn_res()) {
-    // Block attention residuals' tensors beside a config that turns them off: the model would run without the
-    // residual mixing its weights were trained with, an error of the config (tensors of a part no family has, a
-    // vision tower say, are only warned about below). Their keys are those a config with AttnRes would expect.
-    ModelConfig with = schema.config();
-    with.attn_res_block_size = std::max<int64_t>(with.num_layers, 1);
-    const Schema with_attn_res(with, schema.layout());
-    std::set<std::string> attn_res_keys;
-    for (const auto& p : with_attn_res.params()) {
-      if (p.role == ParamRole::kAttnResNorm || p.role == ParamRole::kAttnResProj || p.role == ParamRole::kMlpResNorm ||
-          p.role == ParamRole::kMlpResProj || p.role == ParamRole::kOutputResNorm ||
-          p.role == ParamRole::kOutputResProj) {
-        for (const auto& key : with_attn_res.checkpoint_keys(p)) attn_res_keys.insert(key);
-      }
-    }
-    std::vector<std::string> found;
-    for (const auto& key : plan.unexpected_) {
-      if (attn_res_keys.contains(key)) found.push_back(key);
-    }
-    KIMIRT_CHECK(found.empty(),
-                 "{}: {} block attention residual (AttnRes) tensor(s) are in the checkpoint, but the config's "
-                 "attn_res_block_size is 0, which runs the model without them: set it to the block size the "
-                 "checkpoint was trained with (Kimi K3: 12), or remove the tensors: {}",
-                 dir, found.size(), list_keys(found));
-  }
+  if (!plan.unexpected_.empty()) refuse_parts_switched_off(schema, plan.unexpected_, known, dir);
   if (!plan.unexpected_.empty()) {
     KIMIRT_CHECK(!strict, "{}: {} tensor(s) are not parameters of this {} model (strict loading): {}", dir,
                  plan.unexpected_.size(), family_name(schema.config().family), list_keys(plan.unexpected_));

@@ -153,8 +153,9 @@ class PlanExecutor final : public io::ReadSink {
     return fmt::format("{}: {}", read.shard->path().filename().string(), read.key);
   }
 
-  // A block scale that decodes to NaN, infinity or a negative number is refused (its weights would be NaN,
-  // infinite or sign-flipped, silently); E8M0 code 0x00, which readers decode differently, is counted
+  // A block scale that decodes to NaN, infinity, a negative number or one so large that its weights overflow float
+  // is refused (its weights would be NaN, infinite or sign-flipped, silently); E8M0 code 0x00, which readers
+  // decode differently, is counted
   // (LoadStats::e8m0_zero_scales). `offset`: the byte of the stored tensor that w's first row starts at
   // (one-byte codes come piece by piece, wider scales whole).
   void check_scales(const PlannedRead& read, const StagedWrite& w, uint64_t offset) {
@@ -172,7 +173,7 @@ class PlanExecutor final : public io::ReadSink {
       const uint64_t cols = shape.empty() ? 1 : static_cast<uint64_t>(shape_numel(shape) / shape[0]);
       const uint8_t* value = row + n.first_invalid * element;
       std::string what;
-      bool negative = false;
+      const char* weights = "so";  // what every weight it scales would be
       if (code == quant::ScaleCode::kFloat) {
         double d = 0.0;
         if (dtype == DType::kF64) {
@@ -182,14 +183,24 @@ class PlanExecutor final : public io::ReadSink {
           convert_to_f32(dtype, value, &f, 1);
           d = f;
         }
-        negative = std::isfinite(static_cast<float>(d)) && d < 0.0;
-        what = fmt::format("{} ({} {})", negative ? "a negative number" : "NaN or infinity", dtype_name(dtype), d);
+        const bool finite = std::isfinite(static_cast<float>(d));
+        what = fmt::format("{} ({} {})",
+                           !finite ? "NaN or infinity"
+                           : d < 0 ? "a negative number"
+                                   : "a number so large that E4M3 weights (up to 448) overflow",
+                           dtype_name(dtype), d);
+        weights = !finite ? "so" : d < 0 ? "sign-flipped" : "infinite where large";
+      } else if (code == quant::ScaleCode::kE8M0 && *value != 0xFF) {
+        what = fmt::format("2^{}, so large that E2M1 values (up to 6) overflow ({} code {:#04x})", *value - 127,
+                           dtype_name(dtype), *value);
+        weights = "infinite where large";
       } else {
-        negative = (*value & 0x7F) != 0x7F && code == quant::ScaleCode::kE4M3;
+        const bool negative = (*value & 0x7F) != 0x7F && code == quant::ScaleCode::kE4M3;
         what = fmt::format("{} ({} code {:#04x})", negative ? "a negative number" : "NaN", dtype_name(dtype), *value);
+        weights = negative ? "sign-flipped" : "so";
       }
       fail("block scale {} (row {}, column {}) decodes to {}: every weight it scales would be {}", at, at / cols,
-           at % cols, what, negative ? "sign-flipped" : "so");
+           at % cols, what, weights);
     }
     if (zeros) e8m0_zeros_.fetch_add(zeros);
   }

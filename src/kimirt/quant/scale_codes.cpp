@@ -25,7 +25,7 @@ ScaleCodeCount count_scale_codes(ScaleCode code, DType dtype, const uint8_t* dat
       break;
     case ScaleCode::kE8M0:
       for (uint64_t i = 0; i < count; ++i) {
-        if (data[i] == 0xFF) invalid_at(i);
+        if (data[i] > kMaxE8m0BlockScale) invalid_at(i);
         out.e8m0_zero += data[i] == 0x00;
       }
       break;
@@ -42,7 +42,7 @@ ScaleCodeCount count_scale_codes(ScaleCode code, DType dtype, const uint8_t* dat
         for (uint64_t i = 0; i < count; ++i) {
           double d;
           std::memcpy(&d, data + 8 * i, sizeof d);
-          if (!std::isfinite(static_cast<float>(d)) || d < 0.0) invalid_at(i);
+          if (!std::isfinite(static_cast<float>(d)) || d < 0.0 || d > kMaxFloatBlockScale) invalid_at(i);
         }
         break;
       }
@@ -53,7 +53,7 @@ ScaleCodeCount count_scale_codes(ScaleCode code, DType dtype, const uint8_t* dat
         const uint64_t n = std::min<uint64_t>(256, count - i);
         convert_to_f32(dtype, data + i * width, buf, static_cast<int64_t>(n));
         for (uint64_t j = 0; j < n; ++j) {
-          if (!std::isfinite(buf[j]) || buf[j] < 0.0f) invalid_at(i + j);
+          if (!std::isfinite(buf[j]) || buf[j] < 0.0f || buf[j] > kMaxFloatBlockScale) invalid_at(i + j);
         }
       }
       break;

@@ -18,8 +18,16 @@ enum class ScaleCode : uint8_t { kNone, kE8M0, kE4M3, kFloat };
 // The encoding of component `c` of a `format` weight stored as `dtype` (component_accepts holds).
 ScaleCode block_scale_code(WeightFormat format, const Component& c, DType dtype);
 
+// The largest float block scale whose weights all stay finite: E4M3 weights reach 448, and 448 times anything
+// larger overflows float. E8M0 codes 0xFD and 0xFE (2^126, 2^127) overflow the same way for E2M1 values of 4 and
+// 6 (0xFD) or 2 and up (0xFE).
+inline constexpr float kMaxFloatBlockScale = 3.4028234663852886e38f / 448.0f;
+inline constexpr uint8_t kMaxE8m0BlockScale = 0xFC;
+
 struct ScaleCodeCount {
-  uint64_t invalid = 0;        // E8M0 0xFF; E4M3 0x7F / 0xFF and negative codes; a non-finite or negative float
+  // E8M0 0xFF (NaN) and codes above kMaxE8m0BlockScale; E4M3 0x7F / 0xFF and negative codes; a float that is not
+  // finite, is negative, or is above kMaxFloatBlockScale.
+  uint64_t invalid = 0;
   uint64_t first_invalid = 0;  // the index of the first, among the values counted (valid when invalid > 0)
   // E8M0 0x00: 2^-127 for some readers, zero for others (the two disagree; real K3 checkpoints have none).
   uint64_t e8m0_zero = 0;
