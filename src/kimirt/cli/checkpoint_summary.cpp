@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/progress.h"
@@ -10,12 +11,15 @@
 #include "kimirt/io/checkpoint.h"
 #include "kimirt/model/load_plan.h"
 #include "kimirt/model/schema.h"
+#include "kimirt/quant/scale_codes.h"
 #include "kimirt/quant/weight_format.h"
 #include "kimirt/text/chat_family.h"
 #include "kimirt/text/tokenizer.h"
 
 namespace kimirt::cli {
 namespace {
+
+constexpr const char* kValuesNotChecked = "values not checked: the checkpoint has errors";
 
 // Splits "a.b.weight_scale" into the weight's base and a component suffix; false for other tensors.
 bool split_component(const std::string& name, std::string* base, std::string* suffix) {
@@ -41,24 +45,30 @@ void stage(std::vector<std::string>& problems, std::string_view what, Fn&& fn) {
   }
 }
 
-// The format of every weight (by base name) whose tensors make one; the others are errors.
-std::map<std::string, quant::WeightFormat> count_weight_formats(const io::Checkpoint& checkpoint,
-                                                                CheckpointSummary& s) {
+// Counts the weights per format (a weight whose tensors make none is an error) and returns the tensors whose bytes
+// are E8M0 scale codes, for check_values.
+std::set<std::string> count_weight_formats(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
   std::map<std::string, std::vector<quant::PresentTensor>> by_base;
   for (const auto& name : checkpoint.tensor_names()) {
     std::string base, suffix;
     if (!split_component(name, &base, &suffix)) continue;
     by_base[base].push_back({suffix, checkpoint.at(name).info->dtype});
   }
-  std::map<std::string, quant::WeightFormat> formats;
+  std::set<std::string> e8m0_codes;
   for (const auto& [base, present] : by_base) {
     stage(s.errors, base, [&] {
       const auto format = quant::detect_weight_format(base, present);
       s.weights_per_format[std::string(quant::format_name(format))]++;
-      formats.emplace(base, format);
+      for (const auto& t : present) {
+        const int c = quant::component_index(format, t.suffix);
+        if (c >= 0 &&
+            quant::block_scale_code(format, quant::format_components(format)[c], *t.dtype) == quant::ScaleCode::kE8M0) {
+          e8m0_codes.insert(base + "." + t.suffix);
+        }
+      }
     });
   }
-  return formats;
+  return e8m0_codes;
 }
 
 void check_against_schema(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
@@ -80,7 +90,7 @@ CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir, bool ch
   s.errors = std::move(inspection.report.errors);
   s.warnings = std::move(inspection.report.warnings);
   if (!inspection.checkpoint) {
-    if (check_values) s.warnings.push_back("values not checked: the checkpoint has errors");
+    if (check_values) s.warnings.push_back(kValuesNotChecked);
     return s;
   }
   const io::Checkpoint& checkpoint = *inspection.checkpoint;
@@ -97,8 +107,8 @@ CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir, bool ch
       if (checkpoint.has_file(f)) s.side_files.emplace_back(f);
     }
   });
-  std::map<std::string, quant::WeightFormat> formats;
-  stage(s.errors, "weight formats", [&] { formats = count_weight_formats(checkpoint, s); });
+  std::set<std::string> e8m0_codes;
+  stage(s.errors, "weight formats", [&] { e8m0_codes = count_weight_formats(checkpoint, s); });
   stage(s.errors, config_path, [&] { s.config = model::ModelConfig::from_json(checkpoint.config(), config_path); });
   if (s.config) {
     stage(s.errors, "the model's parameters", [&] { check_against_schema(checkpoint, s); });
@@ -118,11 +128,11 @@ CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir, bool ch
   stage(s.warnings, "chat template", [&] { s.chat_template = text::inspect_chat_template(dir).describe(); });
   if (check_values) {
     if (!s.ok()) {
-      s.warnings.push_back("values not checked: the checkpoint has errors");
+      s.warnings.push_back(kValuesNotChecked);
       return s;
     }
     stage(s.errors, "checking values", [&] {
-      s.values = cli::check_values(checkpoint, formats, true);
+      s.values = cli::check_values(checkpoint, e8m0_codes, true);
       for (const auto& t : s.values->nonfinite) {
         s.errors.push_back(fmt::format("tensor {} ({}, {}): {} of {} values are NaN or infinite, the first at index {}",
                                        t.name, t.shard, t.dtype, t.nonfinite, t.elements, t.first));

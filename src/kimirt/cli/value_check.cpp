@@ -1,12 +1,10 @@
 #include "kimirt/cli/value_check.h"
 
-#include <map>
 #include <optional>
 
 #include "kimirt/base/progress.h"
 #include "kimirt/base/timer.h"
 #include "kimirt/io/read_engine.h"
-#include "kimirt/quant/weight_format.h"
 #include "kimirt/tensor/finite_values.h"
 
 namespace kimirt::cli {
@@ -29,29 +27,17 @@ class CountingSink : public io::ReadSink {
   std::vector<Counted>& counted_;
 };
 
-// The dtype a tensor's values are counted as: its own, or E8M0 for the U8 block scales of an MXFP4 weight;
-// nullopt for a tensor without NaN or infinity codes.
-std::optional<DType> counted_dtype(const std::string& name, DType dtype,
-                                   const std::map<std::string, quant::WeightFormat>& format_of) {
-  if (dtype == DType::kU8) {
-    const auto dot = name.rfind('.');
-    if (dot == std::string::npos) return std::nullopt;
-    const auto it = format_of.find(name.substr(0, dot));
-    if (it == format_of.end() || it->second != quant::WeightFormat::kMxfp4) return std::nullopt;
-    const int c = quant::component_index(it->second, std::string_view(name).substr(dot + 1));
-    if (c < 0 || quant::format_components(it->second)[c].role != quant::ComponentRole::kBlockScale) {
-      return std::nullopt;
-    }
-    return DType::kF8E8M0;
-  }
-  if (!has_nonfinite_codes(dtype)) return std::nullopt;
-  return dtype;
+// The dtype a tensor's values are counted as: its own, or E8M0 for the scale codes among `e8m0_codes`; nullopt for a
+// tensor without NaN or infinity codes.
+std::optional<DType> counted_dtype(const io::TensorInfo& info, const std::set<std::string>& e8m0_codes) {
+  if (e8m0_codes.contains(info.name)) return DType::kF8E8M0;
+  if (!has_nonfinite_codes(info.dtype)) return std::nullopt;
+  return info.dtype;
 }
 
 }  // namespace
 
-ValueCheck check_values(const io::Checkpoint& checkpoint, const std::map<std::string, quant::WeightFormat>& format_of,
-                        bool progress) {
+ValueCheck check_values(const io::Checkpoint& checkpoint, const std::set<std::string>& e8m0_codes, bool progress) {
   const Timer timer;
   ValueCheck check;
   std::vector<Counted> counted;
@@ -59,7 +45,7 @@ ValueCheck check_values(const io::Checkpoint& checkpoint, const std::map<std::st
   for (const auto& shard : checkpoint.shards()) {
     io::FileRanges f{&shard, {}};
     for (const auto& info : shard.tensors()) {  // in data order: ascending offsets
-      const auto dtype = counted_dtype(info.name, info.dtype, format_of);
+      const auto dtype = counted_dtype(info, e8m0_codes);
       if (!dtype) {
         ++check.skipped;
         continue;

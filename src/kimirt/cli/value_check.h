@@ -7,12 +7,11 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "kimirt/io/checkpoint.h"
-#include "kimirt/quant/weight_format.h"
 
 namespace kimirt::cli {
 
@@ -33,9 +32,9 @@ struct ValueCheck {
   std::vector<NonfiniteTensor> nonfinite;  // by shard, then in the shard's data order
 };
 
-// `format_of`: the format of each weight by its base name (a weight missing from it has its tensors counted by their
-// own dtypes). Throws what reading throws (io::SafetensorsError naming the shard and tensor).
-ValueCheck check_values(const io::Checkpoint& checkpoint, const std::map<std::string, quant::WeightFormat>& format_of,
-                        bool progress);
+// `e8m0_codes`: the tensors whose bytes are E8M0 scale codes whatever their dtype (quant::block_scale_code says
+// kE8M0: an MXFP4 weight's block scales, stored as U8 by compressed-tensors). Throws what reading throws
+// (io::SafetensorsError naming the shard and tensor).
+ValueCheck check_values(const io::Checkpoint& checkpoint, const std::set<std::string>& e8m0_codes, bool progress);
 
 }  // namespace kimirt::cli

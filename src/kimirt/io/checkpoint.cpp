@@ -43,9 +43,9 @@ class CheckpointBuilder {
   Checkpoint build(const fs::path& dir) {
     Checkpoint c;
     c.dir_ = dir;
-    const Presence there = presence(dir);
-    if (there != Presence::kPresent) {
-      if (there == Presence::kAbsent) {
+    const PathLookup there = presence(dir);
+    if (there != PathLookup::kPresent) {
+      if (there == PathLookup::kAbsent) {
         error(CheckpointError(Kind::kNotADirectory, fmt::format("{}: no such checkpoint directory", dir.string())));
       }
       return c;
@@ -58,18 +58,18 @@ class CheckpointBuilder {
     load_config(c);
     const fs::path index_path = dir / kShardIndexFileName;
     const fs::path single_path = dir / kSingleFileName;
-    const Presence index = presence(index_path);
-    if (index == Presence::kPresent) {
+    const PathLookup index = presence(index_path);
+    if (index == PathLookup::kPresent) {
       load_index(c, index_path);
       const auto& files = c.index_->files();
       if (fs::exists(single_path, ec) && !std::binary_search(files.begin(), files.end(), kSingleFileName)) {
         warn(fmt::format("{}: {} is not named by the index and is ignored", dir.string(), kSingleFileName));
       }
-    } else if (index == Presence::kAbsent) {
-      const Presence single = presence(single_path);
-      if (single == Presence::kPresent) {
+    } else if (index == PathLookup::kAbsent) {
+      const PathLookup single = presence(single_path);
+      if (single == PathLookup::kPresent) {
         open_shard(c, single_path);
-      } else if (single == Presence::kAbsent) {
+      } else if (single == PathLookup::kAbsent) {
         error(CheckpointError(Kind::kNoWeights, fmt::format("{}: neither {} nor {}", dir.string(), kShardIndexFileName,
                                                             kSingleFileName)));
       }
@@ -92,27 +92,21 @@ class CheckpointBuilder {
 
   void warn(std::string message) { warnings_.push_back(std::move(message)); }
 
-  // A lookup that failed (kimirt/base/path_lookup.h) is reported as such, naming the path, not as an absence.
-  enum class Presence { kAbsent, kPresent, kUnreadable };
-  Presence presence(const fs::path& path) {
+  // look_up (kimirt/base/path_lookup.h), a failed lookup reported as such, naming the path, not as an absence.
+  PathLookup presence(const fs::path& path) {
     std::string why;
-    switch (look_up(path, &why)) {
-      case PathLookup::kPresent:
-        return Presence::kPresent;
-      case PathLookup::kAbsent:
-        return Presence::kAbsent;
-      case PathLookup::kFailed:
-        break;
+    const PathLookup found = look_up(path, &why);
+    if (found == PathLookup::kFailed) {
+      error(CheckpointError(Kind::kIo, fmt::format("{}: cannot be looked up: {}", path.string(), why)));
     }
-    error(CheckpointError(Kind::kIo, fmt::format("{}: cannot be looked up: {}", path.string(), why)));
-    return Presence::kUnreadable;
+    return found;
   }
 
   void load_config(Checkpoint& c) {
     const fs::path path = c.dir_ / kConfigFileName;
-    const Presence found = presence(path);
-    if (found != Presence::kPresent) {
-      if (found == Presence::kAbsent) {
+    const PathLookup found = presence(path);
+    if (found != PathLookup::kPresent) {
+      if (found == PathLookup::kAbsent) {
         error(CheckpointError(Kind::kMissingConfig, fmt::format("{}: no {}", c.dir_.string(), kConfigFileName)));
       }
       return;
@@ -156,9 +150,9 @@ class CheckpointBuilder {
       const fs::path path = c.dir_ / index.files()[f];
       // Only an absent file is a missing shard: one that is there but is no regular file is open_shard's to
       // report, with its reason, and a failed lookup presence()'s.
-      const Presence shard = presence(path);
-      if (shard == Presence::kUnreadable) continue;
-      if (shard == Presence::kAbsent) {
+      const PathLookup shard = presence(path);
+      if (shard == PathLookup::kFailed) continue;
+      if (shard == PathLookup::kAbsent) {
         error(CheckpointError(
             Kind::kMissingShard,
             fmt::format("{}: names shard {} for {} tensor(s) (e.g. '{}'), but {} has no such file", index_path.string(),

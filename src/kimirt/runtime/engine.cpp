@@ -137,10 +137,8 @@ void Engine::emit(const TokenEvent& event) {
   if (!on_token_) return;
   try {
     on_token_(event);
-  } catch (const std::exception& e) {
-    log::error("engine: the token callback of request {} threw: {}", event.request_id, e.what());
   } catch (...) {
-    log::error("engine: the token callback of request {} threw a non-standard exception", event.request_id);
+    log::error("engine: the token callback of request {} threw: {}", event.request_id, current_exception_text());
   }
 }
 
@@ -349,10 +347,8 @@ bool Engine::step() {
           backend_.to_host(logits.get(), s.first_logit_row, s.num_tokens, host);
           try {
             on_prompt_logits_(r.id, s.start_position, host, s.num_tokens);
-          } catch (const std::exception& e) {
-            log::error("engine: the prompt-logits callback of request {} threw: {}", r.id, e.what());
           } catch (...) {
-            log::error("engine: the prompt-logits callback of request {} threw a non-standard exception", r.id);
+            log::error("engine: the prompt-logits callback of request {} threw: {}", r.id, current_exception_text());
           }
         }
         if (!r.decoding()) continue;           // more of the prompt to go
