@@ -1,6 +1,7 @@
 #include "kimirt/base/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -113,6 +114,26 @@ TEST(ThreadPool, ThreadsTheSystemRefusesAreAnErrorNamingTheCount) {
   const int code =
       test::run_in_limited_child(kHeadroom, [] { return error_code([] { ThreadPool pool(1000); }, "1000 threads"); });
   EXPECT_EQ(code, 0) << "2: all 1000 threads started; 3: another message; 134: std::terminate; 142: it hung";
+}
+
+TEST(ThreadPool, HardwareThreadsAreTheCpusOfTheAffinityMask) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+  EXPECT_EQ(hardware_threads(), static_cast<size_t>(CPU_COUNT(&before)));
+  // A thread narrowed to one CPU (as taskset or mpirun's binding would narrow the process) counts one.
+  size_t narrowed = 0;
+  std::thread([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &before)) {
+        CPU_SET(c, &one);
+        break;
+      }
+    }
+    if (sched_setaffinity(0, sizeof(one), &one) == 0) narrowed = hardware_threads();
+  }).join();
+  EXPECT_EQ(narrowed, 1u);
 }
 
 TEST(Error, ContextIsPrepended) {

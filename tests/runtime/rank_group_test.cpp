@@ -6,6 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,6 +16,7 @@
 #include "common/error_of.h"
 #include "common/limited_child.h"
 #include "kimirt/base/error.h"
+#include "kimirt/base/thread_pool.h"
 #include "kimirt/comm/mpi_comm.h"
 
 #ifdef KIMIRT_HAVE_CUDA
@@ -147,6 +151,32 @@ TEST(RankGroup, UnderMpirunEachProcessIsOneRankAndTpMustAgree) {
     EXPECT_THAT(e.what(), HasSubstr("--tp 4"));
     EXPECT_THAT(e.what(), HasSubstr("mpirun started 2"));
   }
+}
+
+TEST(RankGroup, DefaultThreadsShareTheHostBetweenTheProcessesMpirunStartedThere) {
+  // Unbound processes each see all 64 CPUs: a quarter each, not 64 threads each.
+  EXPECT_EQ(threads_per_process(64, 64, 4), 16u);
+  // Bound to a 32-core socket that two of the four share: still a quarter of the host.
+  EXPECT_EQ(threads_per_process(32, 64, 4), 16u);
+  // Bound to one core each (OpenMPI's default for two processes): one thread, not a time-sliced 32.
+  EXPECT_EQ(threads_per_process(1, 64, 2), 1u);
+  // One process: its mask (taskset, a container's cpuset).
+  EXPECT_EQ(threads_per_process(6, 64, 1), 6u);
+  // More processes than CPUs, or nothing known: still one thread each.
+  EXPECT_EQ(threads_per_process(64, 64, 200), 1u);
+  EXPECT_EQ(threads_per_process(0, 0, 0), 1u);
+}
+
+TEST(RankGroup, DefaultThreadsUnderAFakeLaunchOfFourProcessesOnThisHost) {
+  if (launched_under_mpi()) GTEST_SKIP() << "this test program runs under an MPI launcher";
+  const size_t alone = default_threads();
+  EXPECT_EQ(alone, hardware_threads());
+  EXPECT_TRUE(default_threads_note().empty());
+  FakeMpiLaunch launch(4, 0);
+  setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
+  const size_t online = static_cast<size_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  EXPECT_EQ(default_threads(), std::max<size_t>(1, std::min(alone, online / 4)));
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
 }
 
 }  // namespace

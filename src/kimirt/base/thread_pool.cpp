@@ -1,5 +1,7 @@
 #include "kimirt/base/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -10,7 +12,18 @@
 
 namespace kimirt {
 
-size_t hardware_threads() { return std::max<size_t>(1, std::thread::hardware_concurrency()); }
+size_t hardware_threads() {
+  // The affinity mask, not the machine: taskset, a container's cpuset or mpirun's binding may allow this process
+  // fewer CPUs than the machine has, and threads beyond them only take turns on the same cores.
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    const int n = CPU_COUNT(&allowed);
+    if (n > 0) return static_cast<size_t>(n);
+  }
+  // More CPUs than a cpu_set_t holds (EINVAL), or no mask to read.
+  return std::max<size_t>(1, std::thread::hardware_concurrency());
+}
 
 ThreadPool::ThreadPool(size_t num_threads) {
   KIMIRT_CHECK(num_threads >= 1, "thread count must be at least 1, got {}", num_threads);

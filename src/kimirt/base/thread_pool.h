@@ -45,7 +45,7 @@ class ThreadPool {
   bool stopping_ = false;
 };
 
-// Number of hardware threads, at least 1.
+// The CPUs this process may run on (its affinity mask), at least 1.
 size_t hardware_threads();
 
 }  // namespace kimirt

@@ -29,6 +29,7 @@
 #include "kimirt/model/loader.h"
 #include "kimirt/runtime/backend_factory.h"
 #include "kimirt/runtime/engine.h"
+#include "kimirt/runtime/rank_group.h"
 #include "kimirt/text/chat_family.h"
 
 namespace kimirt::cli {
@@ -41,7 +42,7 @@ struct ChatOptions {
   runtime::SamplingParams sampling;
   std::string system;
   bool thinking = false;
-  size_t threads = hardware_threads();
+  size_t threads = 0;  // 0: runtime::default_threads()
   int64_t max_context = 8192;
 };
 
@@ -53,7 +54,7 @@ text::ChatTemplate chat_template_of(const model::ModelConfig& config) {
 }
 
 void chat(const ChatOptions& o) {
-  ThreadPool::set_global_threads(o.threads);
+  ThreadPool::set_global_threads(o.threads == 0 ? runtime::default_threads() : o.threads);
   const fs::path dir = o.model_dir.empty() ? ensure_default_model() : fs::path(o.model_dir);
   const Timer load_timer;
   // What can be refused is refused before the weights are read: the tokenizer, and --context.
@@ -222,7 +223,8 @@ const RegisterCommand kChat("chat", 20, [](CLI::App& app) {
   add_sampling_options(cmd, o->sampling, "tokens per reply at most");
   cmd->add_option("--context", o->max_context, "tokens the conversation may hold (at most the model's positions)")
       ->check(whole_number_in(1, std::numeric_limits<int64_t>::max()));
-  cmd->add_option("--threads", o->threads, "CPU threads")->check(whole_number_in(1, kMaxThreads));
+  cmd->add_option("--threads", o->threads, "CPU threads (default: the CPUs this process may run on)")
+      ->check(whole_number_in(1, kMaxThreads));
   cmd->callback([o] { chat(*o); });
 });
 

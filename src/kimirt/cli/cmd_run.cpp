@@ -52,7 +52,7 @@ struct RunOptions {
   std::string prompt;
   std::string ids;
   runtime::SamplingParams sampling;
-  size_t threads = hardware_threads();
+  size_t threads = 0;  // 0: runtime::default_threads()
   int64_t prefill_chunk = 512;
   std::string dump_logits;
   bool print_ids = false;
@@ -180,10 +180,14 @@ void run(const RunOptions& o) {
                    "--dump-logits {}: {} is not a directory this process can write to", o.dump_logits, parent.string());
     }
   }
-  ThreadPool::set_global_threads(o.threads);
   const runtime::Device device = runtime::parse_device(o.device);
   runtime::require_device(device);
   const runtime::RankLaunch launch = runtime::plan_launch(device, o.tp);
+  ThreadPool::set_global_threads(o.threads == 0 ? runtime::default_threads() : o.threads);
+  if (const std::string note = runtime::default_threads_note();
+      o.threads == 0 && !note.empty() && launch.process_rank == 0) {
+    std::fprintf(stderr, "%s\n", note.c_str());
+  }
   const fs::path dir = o.model_dir.empty() ? ensure_default_model() : fs::path(o.model_dir);
 
   const Timer load_timer;
@@ -250,7 +254,10 @@ const RegisterCommand kRun("run", 10, [](CLI::App& app) {
   auto* ids = cmd->add_option("--ids", o->ids, "prompt token ids, comma separated: 1,2,3")->check(not_empty());
   text->excludes(ids);
   add_sampling_options(cmd, o->sampling, "tokens to generate at most");
-  cmd->add_option("--threads", o->threads, "CPU threads")->check(whole_number_in(1, kMaxThreads));
+  cmd->add_option("--threads", o->threads,
+                  "CPU threads (default: the CPUs this process may run on, shared with the other processes mpirun "
+                  "started on this host)")
+      ->check(whole_number_in(1, kMaxThreads));
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "longest prompt piece per step")
       ->check(whole_number_in(1, std::numeric_limits<int64_t>::max()));
   cmd->add_option("--dump-logits", o->dump_logits,

@@ -1,5 +1,6 @@
 #include "kimirt/runtime/rank_group.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "kimirt/base/delayed_report.h"
 #include "kimirt/base/error.h"
 #include "kimirt/base/start_threads.h"
+#include "kimirt/base/thread_pool.h"
 #include "kimirt/comm/local_comm.h"
 #include "kimirt/comm/mpi_comm.h"
 
@@ -79,7 +81,36 @@ int local_process_rank() {
 }
 #endif
 
+// Processes the launcher started on this host; 1 outside a launcher.
+int local_ranks() {
+  if (!launched_under_mpi()) return 1;
+  const int n = env_number({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"});
+  return n < 1 ? 1 : n;
+}
+
+size_t online_cpus() {
+  const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : static_cast<size_t>(n);
+}
+
 }  // namespace
+
+size_t threads_per_process(size_t allowed, size_t online, int local_ranks) {
+  const size_t share = std::max<size_t>(1, online / static_cast<size_t>(std::max(1, local_ranks)));
+  return std::max<size_t>(1, std::min(allowed, share));
+}
+
+size_t default_threads() { return threads_per_process(hardware_threads(), online_cpus(), local_ranks()); }
+
+std::string default_threads_note() {
+  const int local = local_ranks();
+  const size_t allowed = hardware_threads(), share = threads_per_process(online_cpus(), online_cpus(), local);
+  if (local <= 1 || allowed >= share) return {};
+  return fmt::format(
+      "kimirt: mpirun bound this process to {} of this host's {} CPUs ({} per process would share them); "
+      "mpirun --bind-to none, or --map-by slot:PE={}, gives each process more, and --threads sets the count",
+      allowed, online_cpus(), share, share);
+}
 
 RankLaunch plan_launch(Device device, int tp) {
   KIMIRT_CHECK(tp >= 0, "--tp must be at least 1, got {}", tp);

@@ -10,7 +10,9 @@
 // safely under a thread that may be inside a call on them; non-blocking ones, polled, could).
 #pragma once
 
+#include <cstddef>
 #include <functional>
+#include <string>
 
 #include "kimirt/comm/comm.h"
 #include "kimirt/runtime/backend_factory.h"
@@ -29,6 +31,16 @@ struct RankLaunch {
 // without MPI refuses a launch of several processes (they could not meet) and runs a launch of one as if
 // there were no launcher.
 RankLaunch plan_launch(Device device, int tp);
+
+// CPU threads for this process when --threads is not given: the CPUs it may run on, but no more than its share
+// of the host's when mpirun started several processes here (an unbound process sees every CPU, and N such
+// processes with a thread per CPU each would run N threads per core).
+size_t default_threads();
+// The pure rule: `allowed` CPUs in the process's mask, `online` on the host, `local_ranks` processes on it.
+size_t threads_per_process(size_t allowed, size_t online, int local_ranks);
+// Empty, or a line for stderr when mpirun's binding leaves this process fewer CPUs than its share (OpenMPI binds
+// each process to one core when it starts two or fewer): how to give it more.
+std::string default_threads_note();
 
 // Runs fn(comm) for every rank this process owns, each with its communicator of the whole group (comm.rank()
 // is the rank). Returns once every rank has returned.
