@@ -214,6 +214,41 @@ TEST(Chat, ThinkingOnKimiLinearIsRefused) {
   fs::remove_all(kl);
 }
 
+// Stops that could never fire, and requests that can only do nothing, are refused before the weights load,
+// naming the flag: a --stop holding a special token's text (special tokens decode to no text, so it ran on to
+// -n), a --stop without a tokenizer (refused by the engine after the whole load), -n 0 without --dump-logits (the
+// whole model loaded for an empty line) and -n 0 in chat (every reply empty).
+TEST(Chat, StopsThatCouldNeverFireAndEmptyRepliesAreRefusedBeforeTheLoad) {
+  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-stop-test-model";
+  fs::remove_all(dir);
+  auto made = run_shell(kKimirt + " make-tiny " + dir.string());
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string with_tokenizer = " -m " + dir.string();
+  for (const std::string& command : {" run" + with_tokenizer + " -p hi --stop 'x[EOS]'",
+                                     " chat" + with_tokenizer + " --stop 'x[EOS]' < /dev/null"}) {
+    const auto r = run_shell(kKimirt + command);
+    EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
+    EXPECT_NE(r.output.find("--stop: stop string \"x[EOS]\" holds the special token [EOS]"),
+              std::string::npos)
+        << command << ": " << r.output;
+    EXPECT_EQ(r.output.find("ready in"), std::string::npos) << command << ": " << r.output;
+  }
+  // Exactly a special token's text: a stop on its id, taken.
+  auto r = run_shell(kKimirt + " run" + with_tokenizer + " -p hi -n 2 --stop '[EOS]' --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = run_shell(kKimirt + " run -m " + kimirt::test::golden_dir("k3-tiny") + " --ids 1 --stop x");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--stop needs a tokenizer"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("ready in"), std::string::npos) << r.output;
+  r = run_shell(kKimirt + " run" + with_tokenizer + " -p hi -n 0");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("-n 0 generates nothing"), std::string::npos) << r.output;
+  r = run_shell("printf 'hi\\n' | " + kKimirt + " chat" + with_tokenizer + " -n 0");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("-n 0: every reply would be empty"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
 TEST(Chat, RefusesAModelWithoutTokenizer) {
   const auto r = run_shell("printf 'hi\\n' | " + kKimirt + " chat -m " + kimirt::test::golden_dir("k3-tiny"));
   EXPECT_EQ(r.exit_code, 1) << r.output;

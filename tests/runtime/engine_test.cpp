@@ -487,6 +487,32 @@ TEST_F(EngineTest, TextAndStopStringsWithATokenizer) {
   EXPECT_EQ(col.at(id).tokens.size(), k + 1);
 }
 
+// Special tokens decode to no text: a stop string that is one becomes a stop on its id, one that holds one among
+// other text is refused (both used to be taken and could never match, the request running on to max_tokens).
+TEST_F(EngineTest, StopStringsOfSpecialTokensStopOnTheirIdsOrAreRefused) {
+  const auto tokenizer = text::Tokenizer::load(testing::testdata("tokenizer"));
+  const int32_t eos = tokenizer.special_id("[EOS]"), sep = tokenizer.special_id("<|sep|>");
+  SamplingParams sp;
+  sp.stop_strings = {"[EOS]", "plain", "<|sep|>"};
+  sp.stop_ids = {eos};
+  resolve_special_stops(tokenizer, sp);
+  EXPECT_EQ(sp.stop_strings, (std::vector<std::string>{"plain"}));
+  EXPECT_EQ(sp.stop_ids, (std::vector<int32_t>{eos, sep}));
+
+  EngineConfig config;
+  config.tokenizer = tokenizer;
+  testing::TestBackend t(model_);
+  Engine engine(t.backend, config, nullptr);
+  auto mixed = greedy(ids(4, 3), 4);
+  mixed.sampling.stop_strings = {"ok", "end[EOS]"};
+  try {
+    engine.submit(mixed);
+    ADD_FAILURE() << "a stop string holding [EOS] was taken";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("stop_strings: stop string \"end[EOS]\" holds the special token [EOS] (id"));
+  }
+}
+
 // cancel() may come from any thread while step() runs on its own: the request ends with one kCancelled
 // event, the others are untouched, and the engine goes idle with its cache free.
 TEST_F(EngineTest, CancelFromAnotherThreadWhileStepsRun) {

@@ -71,9 +71,19 @@ void chat(const ChatOptions& o) {
   const std::string context_flag = fmt::format("--context {}", o.max_context);
   // A reply must fit beside at least a turn of the conversation: with -n at or past --context, every line
   // would be refused, and /reset could not help.
+  KIMIRT_CHECK(o.sampling.max_tokens >= 1, "-n 0: every reply would be empty");
   KIMIRT_CHECK(o.sampling.max_tokens < o.max_context,
                "-n {} leaves no room in {} for the conversation (a reply takes up to -n tokens of it)",
                o.sampling.max_tokens, context_flag);
+  // The stop strings and ids every reply stops on: a --stop holding special-token text is refused now, not line
+  // by line; the end of turn stops a reply even under --ignore-eos (which keeps going past the model's EOS only).
+  runtime::SamplingParams sampling = o.sampling;
+  with_context("--stop", [&] { runtime::resolve_special_stops(*tokenizer, sampling); });
+  for (const int32_t id : chat_template.end_of_turn_ids(*tokenizer)) {
+    if (std::find(sampling.stop_ids.begin(), sampling.stop_ids.end(), id) == sampling.stop_ids.end()) {
+      sampling.stop_ids.push_back(id);
+    }
+  }
   // Encoded once now: a --system text that is not UTF-8 would otherwise fail every line, naming no flag.
   with_context("--system", [&] { (void)tokenizer->encode(o.system); });
   // The shortest turn there can be (the system message, a one-character line, the template's markup) must fit
@@ -101,7 +111,6 @@ void chat(const ChatOptions& o) {
 
   runtime::EngineConfig engine_config;
   engine_config.eos_ids = eos_ids(dir, config);
-  for (int32_t id : chat_template.end_of_turn_ids(*tokenizer)) engine_config.eos_ids.push_back(id);
   engine_config.tokenizer = tokenizer;
   // K3's channel and message tags are markup: their names are not shown (nor matched by stop strings).
   engine_config.hidden_tags = chat_template.tag_markup(*tokenizer);
@@ -175,7 +184,7 @@ void chat(const ChatOptions& o) {
       history.pop_back();
       continue;
     }
-    request.sampling = o.sampling;
+    request.sampling = sampling;
     if (runtime::cache_positions_needed(static_cast<int64_t>(request.prompt.size()), o.sampling.max_tokens) >
         o.max_context) {
       std::printf("(the conversation no longer fits in %lld tokens: /reset)\n", static_cast<long long>(o.max_context));
@@ -199,7 +208,7 @@ void chat(const ChatOptions& o) {
     // The history keeps the reply without the markup that ended it (end of turn, EOS): the next turn renders
     // that markup itself, and as template tokens, not as text.
     std::vector<int32_t> ending = engine_config.eos_ids;
-    ending.insert(ending.end(), o.sampling.stop_ids.begin(), o.sampling.stop_ids.end());
+    ending.insert(ending.end(), sampling.stop_ids.begin(), sampling.stop_ids.end());
     // A stop string (a stop that is not an ending id) ends the reply where it starts: the history keeps what was
     // shown, not the text that the tokens completing the stop string carry past it.
     const bool stop_string = reason == runtime::FinishReason::kStop && !reply_ids.empty() &&

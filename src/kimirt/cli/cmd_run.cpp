@@ -40,6 +40,7 @@
 #include "kimirt/runtime/parallel_config.h"
 #include "kimirt/runtime/parallel_engine.h"
 #include "kimirt/runtime/rank_group.h"
+#include "kimirt/text/chat_template.h"
 #include "kimirt/text/tokenizer.h"
 
 namespace kimirt::cli {
@@ -85,6 +86,7 @@ struct RankInputs {
   runtime::CacheConfig cache;
   std::string cache_flag;  // what the cache was sized from, for errors
   std::optional<text::Tokenizer> tokenizer;
+  std::optional<text::TagMarkup> hidden_tags;
   std::vector<int32_t> eos_ids;
   const Timer& load_timer;
 };
@@ -119,6 +121,7 @@ void run_rank(const RankInputs& in, Comm& comm) {
   engine_config.eos_ids = in.eos_ids;
   const bool as_text = in.tokenizer.has_value() && !o.print_ids;
   if (in.tokenizer) engine_config.tokenizer = in.tokenizer;
+  engine_config.hidden_tags = in.hidden_tags;
 
   std::vector<float> prompt_logits, step_logits;
   runtime::FinishReason reason = runtime::FinishReason::kNone;
@@ -165,6 +168,8 @@ void run_rank(const RankInputs& in, Comm& comm) {
 }
 
 void run(const RunOptions& o) {
+  KIMIRT_CHECK(o.sampling.max_tokens >= 1 || !o.dump_logits.empty(),
+               "-n 0 generates nothing (with --dump-logits it scores the prompt alone)");
   if (!o.dump_logits.empty()) {
     // Checked now, not after the load and the generation it would otherwise waste: where the write will go
     // (io::write_destination: refused for a directory, a block device or a socket) and that this process may
@@ -188,13 +193,6 @@ void run(const RunOptions& o) {
       o.threads == 0 && !note.empty() && launch.process_rank == 0) {
     std::fprintf(stderr, "%s\n", note.c_str());
   }
-  const fs::path dir = o.model_dir.empty() ? ensure_default_model() : fs::path(o.model_dir);
-
-  const Timer load_timer;
-  // config.json and the shard headers are read once, here; the parallel layout is checked against the
-  // config before any rank starts or loads a byte.
-  const io::Checkpoint checkpoint = io::Checkpoint::open(dir);
-  const model::ModelConfig config = model::ModelConfig::from_json(checkpoint.config(), (dir / "config.json").string());
   const runtime::MoeComm moe_comm =
       o.moe_comm.empty() ? runtime::MoeComm::kDirect : runtime::parse_moe_comm(o.moe_comm);
   // Under attention-DP each rank runs its own tokens, so they go to their experts all-to-all: a --moe-comm direct
@@ -203,6 +201,13 @@ void run(const RunOptions& o) {
                "--moe-comm {}: with --attention-dp each rank's tokens go to their experts all_to_all; leave "
                "--moe-comm out or give all_to_all",
                o.moe_comm);
+  const fs::path dir = o.model_dir.empty() ? ensure_default_model() : fs::path(o.model_dir);
+
+  const Timer load_timer;
+  // config.json and the shard headers are read once, here; the parallel layout is checked against the
+  // config before any rank starts or loads a byte.
+  const io::Checkpoint checkpoint = io::Checkpoint::open(dir);
+  const model::ModelConfig config = model::ModelConfig::from_json(checkpoint.config(), (dir / "config.json").string());
   const runtime::ParallelConfig parallel{launch.world_size, o.ep, o.attention_dp, moe_comm};
   parallel.validate(config);
   const auto tokenizer = find_tokenizer(dir, config.vocab_size);
@@ -226,9 +231,23 @@ void run(const RunOptions& o) {
                  config.vocab_size);
   }
   check_stop_ids(o.sampling, config.vocab_size);
-  RankInputs in{o, dir, checkpoint, parallel, device, {}, {}, {}, tokenizer, eos_ids(dir, config), load_timer};
+  // Refused here rather than by the engine after the whole load: stop strings without a tokenizer, and ones
+  // holding a special token's text (which decodes to nothing, so they could never match).
+  runtime::SamplingParams sampling = o.sampling;
+  KIMIRT_CHECK(sampling.stop_strings.empty() || tokenizer.has_value(),
+               "--stop needs a tokenizer ({} in {}) of the model's vocabulary; use --stop-id", text::kTiktokenModelFile,
+               dir.string());
+  if (tokenizer) with_context("--stop", [&] { runtime::resolve_special_stops(*tokenizer, sampling); });
+  // K3's channel and message tags are markup, hidden from the text as in chat: with the special tokens around
+  // them left out, their names alone would be glued into it ("thinkThe user asks...").
+  std::optional<text::TagMarkup> hidden_tags;
+  if (tokenizer && !o.print_ids && config.family == model::ModelFamily::kKimiK3) {
+    hidden_tags = text::ChatTemplate(text::ChatFamily::kKimiK3).tag_markup(*tokenizer);
+  }
+  RankInputs in{o,         dir,         checkpoint,           parallel,  device, {}, {}, {},
+                tokenizer, hidden_tags, eos_ids(dir, config), load_timer};
   in.request.prompt = prompt;
-  in.request.sampling = o.sampling;
+  in.request.sampling = sampling;
   in.request.prompt_logits = in.request.step_logits = !o.dump_logits.empty();
   // One sequence: the cache holds exactly what this request can need, and never more than the model's
   // positions (an -n past them is refused here, before a byte is loaded).

@@ -74,6 +74,24 @@ Engine::Engine(Backend& backend, EngineConfig config, TokenCallback on_token)
 
 Engine::~Engine() = default;
 
+void resolve_special_stops(const text::Tokenizer& tokenizer, SamplingParams& sampling) {
+  std::vector<std::string> kept;
+  for (const std::string& stop : sampling.stop_strings) {
+    if (const auto id = tokenizer.find_special(stop)) {
+      if (!contains(sampling.stop_ids, *id)) sampling.stop_ids.push_back(*id);
+      continue;
+    }
+    for (const text::SpecialToken& special : tokenizer.special_tokens()) {
+      KIMIRT_CHECK(stop.find(special.content) == std::string::npos,
+                   "stop string \"{}\" holds the special token {} (id {}), which is not text: the string could never "
+                   "match; stop on the token alone (its text as the whole stop string, or its id)",
+                   stop, special.content, special.id);
+    }
+    kept.push_back(stop);
+  }
+  sampling.stop_strings = std::move(kept);
+}
+
 int64_t Engine::submit(GenerationRequest request) {
   const int64_t vocab = backend_.config().vocab_size;
   KIMIRT_CHECK(!request.prompt.empty(), "request: the prompt is empty");
@@ -88,6 +106,9 @@ int64_t Engine::submit(GenerationRequest request) {
   with_context("request", [&] { request.sampling.validate(); });
   KIMIRT_CHECK(request.sampling.stop_strings.empty() || config_.tokenizer.has_value(),
                "request: stop strings need a tokenizer, and this engine has none");
+  if (config_.tokenizer) {
+    with_context("request: stop_strings", [&] { resolve_special_stops(*config_.tokenizer, request.sampling); });
+  }
   const int64_t need = cache_tokens_needed(request);
   const CacheConfig& cc = cache_.config();
   KIMIRT_CHECK(need <= max_request_tokens(),

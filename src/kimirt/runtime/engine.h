@@ -34,6 +34,12 @@ namespace kimirt::runtime {
 // so prompt + max_tokens - 1 (the prompt alone for max_tokens 0). What a cache sized for one request must hold.
 int64_t cache_positions_needed(int64_t prompt_tokens, int max_tokens);
 
+// Special tokens decode to no text (TokenEvent::text leaves them out), so a stop string holding one could never
+// match: a stop string that is exactly a special token's text becomes a stop on its id (added to stop_ids); one
+// that holds a special token among other text is refused, naming both. Engine::submit applies it; a front end
+// calls it too, to refuse a flag before the weights are loaded.
+void resolve_special_stops(const text::Tokenizer& tokenizer, SamplingParams& sampling);
+
 struct EngineConfig {
   SchedulerConfig scheduler;
   std::vector<int32_t> eos_ids;  // the model's end-of-sequence ids (stop unless ignore_eos)
