@@ -3,11 +3,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <span>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/error_of.h"
 #include "kimirt/base/error.h"
+#include "kimirt/quant/scale_codes.h"
 #include "kimirt/tensor/float_convert.h"
 
 namespace kimirt::quant {
@@ -158,6 +163,7 @@ TEST(Dequant, RefusesMissingOrMisshapenParts) {
   // A global scale that is not a finite number would turn every weight into NaN or infinity, a negative one
   // flip every sign: refused, named.
   for (float g : {std::nanf(""), INFINITY, -INFINITY, -0.5f}) {
+    SCOPED_TRACE(g);
     Tensor global = Tensor::from_f32(std::vector<float>{g}, Shape{});
     const TensorView parts2[] = {packed.view(), nv_scale.view(), global.view(), TensorView()};
     EXPECT_THAT(error_of([&] {
@@ -168,6 +174,28 @@ TEST(Dequant, RefusesMissingOrMisshapenParts) {
                   dequantize(WeightFormat::kNvfp4CompressedTensors, parts2, Shape{2, 64}, "l.w");
                 }),
                 HasSubstr("l.w: weight_global_scale is"));
+  }
+  // Finite, but so large (ModelOpt multiplies) or so small (compressed-tensors divides) that group scale 448
+  // times E2M1 6 overflows float: the bounds themselves are taken, one step past them refused.
+  for (const auto& [format, ok, bad, field] :
+       {std::tuple{WeightFormat::kNvfp4ModelOpt, kMaxNvfp4GlobalMultiplier,
+                   std::nextafter(kMaxNvfp4GlobalMultiplier, INFINITY), "weight_scale_2"},
+        std::tuple{WeightFormat::kNvfp4CompressedTensors, kMinNvfp4GlobalDivisor,
+                   std::nextafter(kMinNvfp4GlobalDivisor, 0.0f), "weight_global_scale"}}) {
+    Tensor top(DType::kF8E4M3, {2, 4});
+    std::fill_n(top.data_as<uint8_t>(), top.numel(), uint8_t{0x7E});  // 448
+    Tensor sixes(DType::kU8, {2, 32});
+    std::fill_n(sixes.data_as<uint8_t>(), sixes.numel(), uint8_t{0x77});  // E2M1 6 in both nibbles
+    Tensor good = Tensor::from_f32(std::vector<float>{ok}, Shape{});
+    const TensorView fine[] = {sixes.view(), top.view(), good.view(), TensorView()};
+    const Tensor w = dequantize(format, fine, Shape{2, 64}, "l.w");
+    for (const float v : std::span<const float>(w.data_as<float>(), 128)) ASSERT_TRUE(std::isfinite(v)) << field;
+    Tensor past = Tensor::from_f32(std::vector<float>{bad}, Shape{});
+    const TensorView over[] = {sixes.view(), top.view(), past.view(), TensorView()};
+    EXPECT_THAT(error_of([&] {
+                  dequantize(format, over, Shape{2, 64}, "l.w");
+                }),
+                HasSubstr(std::string("l.w: ") + field + " is"));
   }
 }
 

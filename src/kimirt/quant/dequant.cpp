@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "kimirt/quant/scale_codes.h"
 #include "kimirt/tensor/float_convert.h"
 
 namespace kimirt::quant {
@@ -114,18 +115,23 @@ Tensor dequantize(WeightFormat format, std::span<const TensorView> parts, std::s
       break;
     }
     case WeightFormat::kNvfp4ModelOpt: {
-      // One number scales the whole tensor: a NaN or infinite one would make every weight so, and a negative one
-      // flip every sign, silently (zero is an all-zero weight's).
+      // One number scales the whole tensor: a NaN or infinite one would make every weight so, a negative one flip
+      // every sign, and one past kMaxNvfp4GlobalMultiplier make the large ones infinite, silently (zero is an
+      // all-zero weight's).
       const float global = scalar_f32(parts[2]);
-      KIMIRT_CHECK(std::isfinite(global) && global >= 0.0f, "{}: weight_scale_2 is {}, not a finite number >= 0", name,
-                   global);
+      KIMIRT_CHECK(std::isfinite(global) && global >= 0.0f && global <= kMaxNvfp4GlobalMultiplier,
+                   "{}: weight_scale_2 is {}, not a number in [0, {}] (above it, E4M3 group scales times E2M1 values "
+                   "overflow float)",
+                   name, global, kMaxNvfp4GlobalMultiplier);
       dequantize_nvfp4(data, parts[1].data_as<const uint8_t>(), global, GlobalScale::kMultiply, rows, cols, o);
       break;
     }
     case WeightFormat::kNvfp4CompressedTensors: {
       const float global = scalar_f32(parts[2]);
-      KIMIRT_CHECK(std::isfinite(global) && global > 0.0f,
-                   "{}: weight_global_scale is {}, not a finite positive number", name, global);
+      KIMIRT_CHECK(std::isfinite(global) && global >= kMinNvfp4GlobalDivisor,
+                   "{}: weight_global_scale is {}, not a finite number >= {} (below it, E4M3 group scales times E2M1 "
+                   "values over it overflow float)",
+                   name, global, kMinNvfp4GlobalDivisor);
       dequantize_nvfp4(data, parts[1].data_as<const uint8_t>(), global, GlobalScale::kDivide, rows, cols, o);
       break;
     }

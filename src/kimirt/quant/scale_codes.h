@@ -23,6 +23,12 @@ ScaleCode block_scale_code(WeightFormat format, const Component& c, DType dtype)
 // 6 (0xFD) or 2 and up (0xFE).
 inline constexpr float kMaxFloatBlockScale = 3.4028234663852886e38f / 448.0f;
 inline constexpr uint8_t kMaxE8m0BlockScale = 0xFC;
+// NVFP4's per-tensor scale, the same way: the group scales (E4M3, up to 448) times E2M1 values (up to 6) times
+// ModelOpt's weight_scale_2 must stay within float, as must the group scales over compressed-tensors'
+// weight_global_scale. Past these bounds the quantizer's amax (weight_scale_2 = amax / 2688, global = 2688 / amax)
+// would itself be past float.
+inline constexpr float kMaxNvfp4GlobalMultiplier = 3.4028234663852886e38f / (448.0f * 6.0f);
+inline constexpr float kMinNvfp4GlobalDivisor = (448.0f * 6.0f) / 3.4028234663852886e38f;
 
 struct ScaleCodeCount {
   // E8M0 0xFF (NaN) and codes above kMaxE8m0BlockScale; E4M3 0x7F / 0xFF and negative codes; a float that is not
