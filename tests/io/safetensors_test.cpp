@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <numeric>
+#include <thread>
 
 #include "io/io_test_util.h"
 #include "kimirt/io/safetensors_writer.h"
@@ -223,6 +224,35 @@ TEST(Safetensors, FileRewrittenInPlaceAfterOpenIsReported) {
     EXPECT_EQ(e.kind(), Kind::kChanged);
     EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("changed while it was read"), std::string::npos) << e.what();
+  }
+}
+
+// The same rewrite with the old modification time put back afterwards (touch -d, rsync -a --inplace): the status
+// change time, which no program can set, still tells.
+TEST(Safetensors, FileRewrittenInPlaceWithItsOldModificationTimeIsReported) {
+  ScratchDir dir;
+  SafetensorsWriter writer;
+  writer.add("a", DType::kF32, {64}, pattern(256, 4));
+  const auto path = dir / "t.safetensors";
+  writer.write(path);
+  // Past the coarse clock file times are taken from (a few milliseconds), so the rewrite's times differ.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto file = SafetensorsFile::open(path);
+  const auto written = std::filesystem::last_write_time(path);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(file.data_offset()));
+    f.put('\x7f');
+  }
+  std::filesystem::last_write_time(path, written);
+  ASSERT_EQ(std::filesystem::last_write_time(path), written);
+  try {
+    file.check_unchanged();
+    FAIL() << "a rewrite in place with its modification time restored not reported";
+  } catch (const SafetensorsError& e) {
+    EXPECT_EQ(e.kind(), Kind::kChanged);
+    EXPECT_NE(std::string(e.what()).find("status changed"), std::string::npos) << e.what();
   }
 }
 

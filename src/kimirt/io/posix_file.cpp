@@ -76,6 +76,8 @@ int file_stamp(int fd, FileStamp& stamp) {
   stamp.size = static_cast<uint64_t>(st.st_size);
   stamp.mtime_sec = static_cast<int64_t>(st.st_mtim.tv_sec);
   stamp.mtime_nsec = static_cast<int64_t>(st.st_mtim.tv_nsec);
+  stamp.ctime_sec = static_cast<int64_t>(st.st_ctim.tv_sec);
+  stamp.ctime_nsec = static_cast<int64_t>(st.st_ctim.tv_nsec);
   return 0;
 }
 

@@ -55,10 +55,13 @@ int open_regular_file(const char* path, UniqueFd& fd, uint64_t& size);
 
 // What tells a file's contents apart from outside: its identity, size and last modification. A file rewritten in
 // place keeps its inode, and its size too when every tensor keeps its shape, but not its modification time (to the
-// file system's granularity: nanoseconds on ext4 and XFS, a second or two on some others).
+// file system's granularity: nanoseconds on ext4 and XFS, a second or two on some others). The status change time
+// too: a copy that puts the old modification time back (touch -d, rsync -a --inplace) still moves it, and no
+// program can set it (a chmod or a new hard link moves it as well: such a load is refused, to be run again).
 struct FileStamp {
   uint64_t device = 0, inode = 0, size = 0;
   int64_t mtime_sec = 0, mtime_nsec = 0;
+  int64_t ctime_sec = 0, ctime_nsec = 0;
   bool operator==(const FileStamp&) const = default;
 };
 // The stamp of an open descriptor (fstat): 0, or an errno.

@@ -128,12 +128,13 @@ void SafetensorsFile::check_unchanged() const {
     throw SafetensorsError(Kind::kIo, path_.string(), "", "cannot stat: " + errno_text(error));
   }
   if (now == stamp_) return;
-  const auto time = [](const FileStamp& s) { return fmt::format("{}.{:09}", s.mtime_sec, s.mtime_nsec); };
-  throw SafetensorsError(Kind::kChanged, path_.string(), "",
-                         fmt::format("the file changed while it was read (size {} -> {} bytes, modified {} -> {}): "
-                                     "the bytes read may mix its old and new contents; load it again once it is "
-                                     "written",
-                                     stamp_.size, now.size, time(stamp_), time(now)));
+  const auto time = [](int64_t sec, int64_t nsec) { return fmt::format("{}.{:09}", sec, nsec); };
+  throw SafetensorsError(
+      Kind::kChanged, path_.string(), "",
+      fmt::format("the file changed while it was read (size {} -> {} bytes, modified {} -> {}, status changed {} -> "
+                  "{}): the bytes read may mix its old and new contents; load it again once it is written",
+                  stamp_.size, now.size, time(stamp_.mtime_sec, stamp_.mtime_nsec), time(now.mtime_sec, now.mtime_nsec),
+                  time(stamp_.ctime_sec, stamp_.ctime_nsec), time(now.ctime_sec, now.ctime_nsec)));
 }
 
 std::vector<SafetensorsError> find_safetensors_file_problems(const std::filesystem::path& path) {
