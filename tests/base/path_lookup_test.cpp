@@ -38,6 +38,10 @@ TEST(PathLookup, PresentAbsentAndFailed) {
   EXPECT_FALSE(why.empty());
   EXPECT_EQ(look_up(dir / "loop" / "below"), PathLookup::kFailed);
 
+  EXPECT_EQ(dangling_link_note(dir / "dangling"), " (a symbolic link to 'nowhere', which does not resolve)");
+  EXPECT_EQ(dangling_link_note(dir / "absent"), "");
+  EXPECT_EQ(dangling_link_note(dir / "link"), "") << "a link that resolves is not dangling";
+
   EXPECT_TRUE(path_exists(dir / "file"));
   EXPECT_FALSE(path_exists(dir / "absent"));
   try {

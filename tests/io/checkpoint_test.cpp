@@ -217,6 +217,29 @@ TEST(Checkpoint, IndexNamingAMissingFile) {
   EXPECT_NE(message.find("'d'"), std::string::npos) << message;
 }
 
+// A Hugging Face snapshot copied without its blobs: the shard and config.json are symbolic links that point
+// nowhere. `ls` shows them, so the messages say what they are, not only that the files are missing.
+TEST(Checkpoint, DanglingSymbolicLinksAreSaidToBeLinks) {
+  ScratchDir dir;
+  auto l = good_layout();
+  write_layout(dir.path(), l);
+  const fs::path shard = dir.path() / "model-00002-of-00002.safetensors";
+  fs::remove(shard);
+  fs::create_symlink("../../blobs/0123abcd", shard);
+  auto [kind, message] = open_result(dir.path());
+  EXPECT_EQ(kind, name(Kind::kMissingShard));
+  EXPECT_NE(message.find("has no such file (a symbolic link to '../../blobs/0123abcd', which does not resolve)"),
+            std::string::npos)
+      << message;
+  fs::remove(dir.path() / "config.json");
+  fs::create_symlink("../../blobs/4567", dir.path() / "config.json");
+  std::tie(kind, message) = open_result(dir.path());
+  EXPECT_EQ(kind, name(Kind::kMissingConfig));
+  EXPECT_NE(message.find("no config.json (a symbolic link to '../../blobs/4567', which does not resolve)"),
+            std::string::npos)
+      << message;
+}
+
 TEST(Checkpoint, IndexKeyMissingFromItsShard) {
   ScratchDir dir;
   auto l = good_layout();

@@ -18,6 +18,15 @@ PathLookup look_up(const std::filesystem::path& path, std::string* why) {
   return PathLookup::kFailed;
 }
 
+std::string dangling_link_note(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec))) return {};
+  if (look_up(path) != PathLookup::kAbsent) return {};  // it resolves (or cannot be told)
+  const std::filesystem::path target = std::filesystem::read_symlink(path, ec);
+  if (ec) return " (a symbolic link, which does not resolve)";
+  return " (a symbolic link to '" + target.string() + "', which does not resolve)";
+}
+
 bool path_exists(const std::filesystem::path& path) {
   std::string why;
   const PathLookup found = look_up(path, &why);

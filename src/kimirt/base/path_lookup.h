@@ -15,6 +15,11 @@ enum class PathLookup { kAbsent, kPresent, kFailed };
 // gets the system's reason.
 PathLookup look_up(const std::filesystem::path& path, std::string* why = nullptr);
 
+// " (a symbolic link to 'TARGET', which does not resolve)" when look_up calls the path absent
+// and it is itself a symbolic link (a Hugging Face snapshot copied without its blobs: `ls` shows the file the error
+// calls missing), else "".
+std::string dangling_link_note(const std::filesystem::path& path);
+
 // True when `path` is there, false when it is absent; throws kimirt::Error naming it when the lookup fails.
 bool path_exists(const std::filesystem::path& path);
 

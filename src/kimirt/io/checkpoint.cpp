@@ -70,8 +70,9 @@ class CheckpointBuilder {
       if (single == PathLookup::kPresent) {
         open_shard(c, single_path);
       } else if (single == PathLookup::kAbsent) {
-        error(CheckpointError(Kind::kNoWeights, fmt::format("{}: neither {} nor {}", dir.string(), kShardIndexFileName,
-                                                            kSingleFileName)));
+        error(CheckpointError(Kind::kNoWeights, fmt::format("{}: neither {}{} nor {}{}", dir.string(),
+                                                            kShardIndexFileName, dangling_link_note(index_path),
+                                                            kSingleFileName, dangling_link_note(single_path))));
       }
     }
     std::sort(c.shards_.begin(), c.shards_.end(),
@@ -107,7 +108,8 @@ class CheckpointBuilder {
     const PathLookup found = presence(path);
     if (found != PathLookup::kPresent) {
       if (found == PathLookup::kAbsent) {
-        error(CheckpointError(Kind::kMissingConfig, fmt::format("{}: no {}", c.dir_.string(), kConfigFileName)));
+        error(CheckpointError(Kind::kMissingConfig,
+                              fmt::format("{}: no {}{}", c.dir_.string(), kConfigFileName, dangling_link_note(path))));
       }
       return;
     }
@@ -153,10 +155,10 @@ class CheckpointBuilder {
       const PathLookup shard = presence(path);
       if (shard == PathLookup::kFailed) continue;
       if (shard == PathLookup::kAbsent) {
-        error(CheckpointError(
-            Kind::kMissingShard,
-            fmt::format("{}: names shard {} for {} tensor(s) (e.g. '{}'), but {} has no such file", index_path.string(),
-                        index.files()[f], count[f], *example[f], c.dir_.string())));
+        error(CheckpointError(Kind::kMissingShard,
+                              fmt::format("{}: names shard {} for {} tensor(s) (e.g. '{}'), but {} has no such file{}",
+                                          index_path.string(), index.files()[f], count[f], *example[f], c.dir_.string(),
+                                          dangling_link_note(path))));
         continue;
       }
       open_shard(c, path);
