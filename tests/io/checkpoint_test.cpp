@@ -240,6 +240,22 @@ TEST(Checkpoint, DanglingSymbolicLinksAreSaidToBeLinks) {
       << message;
 }
 
+// A config.json or an index past its size limit says so, with the limit (it had read "File too large", the text of
+// a file system's EFBIG). Sparse files: nothing is written.
+TEST(Checkpoint, FilesOverTheirSizeLimitSayTheLimit) {
+  ScratchDir dir;
+  write_layout(dir.path(), good_layout());
+  fs::resize_file(dir.path() / "model.safetensors.index.json", (uint64_t{256} << 20) + 1);
+  auto [kind, message] = open_result(dir.path());
+  EXPECT_NE(message.find("model.safetensors.index.json: cannot read: larger than the 256 MiB limit for this file"),
+            std::string::npos)
+      << message;
+  fs::resize_file(dir.path() / "config.json", (uint64_t{64} << 20) + 1);
+  std::tie(kind, message) = open_result(dir.path());
+  EXPECT_NE(message.find("config.json: cannot read: larger than the 64 MiB limit for this file"), std::string::npos)
+      << message;
+}
+
 TEST(Checkpoint, IndexKeyMissingFromItsShard) {
   ScratchDir dir;
   auto l = good_layout();

@@ -115,7 +115,8 @@ class CheckpointBuilder {
     }
     std::string text;
     if (int err = read_whole_file(path.c_str(), kMaxConfigBytes, text); err != 0) {
-      error(CheckpointError(Kind::kIo, fmt::format("{}: cannot read: {}", path.string(), file_error_text(err))));
+      error(CheckpointError(Kind::kIo,
+                            fmt::format("{}: cannot read: {}", path.string(), file_error_text(err, kMaxConfigBytes))));
       return;
     }
     JsonProblem problem;

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <utility>
 
+#include <fmt/format.h>
+
 namespace kimirt::io {
 namespace {
 
@@ -100,6 +102,12 @@ std::string errno_text(int error) {
   return text;
 }
 
-std::string file_error_text(int error) { return error == EINVAL ? "not a regular file" : errno_text(error); }
+std::string file_error_text(int error, uint64_t max_bytes) {
+  if (error == EINVAL) return "not a regular file";
+  if (error == EFBIG && max_bytes > 0) {
+    return fmt::format("larger than the {} MiB limit for this file", max_bytes >> 20);
+  }
+  return errno_text(error);
+}
 
 }  // namespace kimirt::io

@@ -73,7 +73,8 @@ int read_whole_file(const char* path, uint64_t max_bytes, std::string& out);
 
 // strerror text for an errno value (thread-safe).
 std::string errno_text(int error);
-// The text for an error of open_regular_file or read_whole_file: EINVAL there means "not a regular file".
-std::string file_error_text(int error);
+// The text for an error of open_regular_file or read_whole_file: EINVAL there means "not a regular file", and
+// EFBIG from read_whole_file(max_bytes) that the file is over that limit (not a file system's "File too large").
+std::string file_error_text(int error, uint64_t max_bytes = 0);
 
 }  // namespace kimirt::io
