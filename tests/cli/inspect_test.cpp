@@ -203,6 +203,9 @@ TEST(Inspect, CheckValuesNamesNonFiniteTensors) {
   ASSERT_TRUE(overwrite_element(dir, norm, 5, std::string("\xC0\x7F", 2)));
   ASSERT_TRUE(overwrite_element(dir, bias, 2, std::string("\x00\x00\x80\x7F", 4)));
   ASSERT_TRUE(overwrite_element(dir, scale, 7, "\xFF"));
+  // 2^127: finite, but its E2M1 weights from 2 up overflow float; run refuses it, so inspect names it too.
+  const std::string huge = "language_model.model.layers.1.block_sparse_moe.experts.5.w1.weight_scale";
+  ASSERT_TRUE(overwrite_element(dir, huge, 3, "\xFE"));
   r = run_kimirt("inspect " + dir.string() + " --check-values");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("tensor " + norm + " (model-"), std::string::npos) << r.output;
@@ -212,7 +215,14 @@ TEST(Inspect, CheckValuesNamesNonFiniteTensors) {
   EXPECT_NE(r.output.find("F32): 1 of "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("tensor " + scale), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("F8_E8M0): 1 of "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("3 with NaN or infinite values"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tensor " + huge), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("F8_E8M0): 1 of 256 block scales are invalid (0 NaN or infinite, the others negative or so "
+                          "large that their weights overflow float: run refuses them), the first at index 3"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("3 with NaN or infinite values, 1 with invalid block scales"), std::string::npos) << r.output;
+  r = run_kimirt("run -m " + dir.string() + " --ids 1 -n 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
   // Without the flag the values are not read: the structure is still right.
   EXPECT_EQ(run_kimirt("inspect " + dir.string()).exit_code, 0);
   fs::remove_all(dir);

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <set>
+#include <map>
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/progress.h"
@@ -45,30 +45,29 @@ void stage(std::vector<std::string>& problems, std::string_view what, Fn&& fn) {
   }
 }
 
-// Counts the weights per format (a weight whose tensors make none is an error) and returns the tensors whose bytes
-// are E8M0 scale codes, for check_values.
-std::set<std::string> count_weight_formats(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
+// Counts the weights per format (a weight whose tensors make none is an error) and returns the block-scale tensors
+// with how they encode a scale, for check_values.
+std::map<std::string, quant::ScaleCode> count_weight_formats(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
   std::map<std::string, std::vector<quant::PresentTensor>> by_base;
   for (const auto& name : checkpoint.tensor_names()) {
     std::string base, suffix;
     if (!split_component(name, &base, &suffix)) continue;
     by_base[base].push_back({suffix, checkpoint.at(name).info->dtype});
   }
-  std::set<std::string> e8m0_codes;
+  std::map<std::string, quant::ScaleCode> block_scales;
   for (const auto& [base, present] : by_base) {
     stage(s.errors, base, [&] {
       const auto format = quant::detect_weight_format(base, present);
       s.weights_per_format[std::string(quant::format_name(format))]++;
       for (const auto& t : present) {
         const int c = quant::component_index(format, t.suffix);
-        if (c >= 0 &&
-            quant::block_scale_code(format, quant::format_components(format)[c], *t.dtype) == quant::ScaleCode::kE8M0) {
-          e8m0_codes.insert(base + "." + t.suffix);
-        }
+        if (c < 0) continue;
+        const quant::ScaleCode code = quant::block_scale_code(format, quant::format_components(format)[c], *t.dtype);
+        if (code != quant::ScaleCode::kNone) block_scales.emplace(base + "." + t.suffix, code);
       }
     });
   }
-  return e8m0_codes;
+  return block_scales;
 }
 
 void check_against_schema(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
@@ -107,8 +106,8 @@ CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir, bool ch
       if (checkpoint.has_file(f)) s.side_files.emplace_back(f);
     }
   });
-  std::set<std::string> e8m0_codes;
-  stage(s.errors, "weight formats", [&] { e8m0_codes = count_weight_formats(checkpoint, s); });
+  std::map<std::string, quant::ScaleCode> block_scales;
+  stage(s.errors, "weight formats", [&] { block_scales = count_weight_formats(checkpoint, s); });
   stage(s.errors, config_path, [&] { s.config = model::ModelConfig::from_json(checkpoint.config(), config_path); });
   if (s.config) {
     stage(s.errors, "the model's parameters", [&] { check_against_schema(checkpoint, s); });
@@ -132,10 +131,16 @@ CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir, bool ch
       return s;
     }
     stage(s.errors, "checking values", [&] {
-      s.values = cli::check_values(checkpoint, e8m0_codes, true);
+      s.values = cli::check_values(checkpoint, block_scales, true);
       for (const auto& t : s.values->nonfinite) {
         s.errors.push_back(fmt::format("tensor {} ({}, {}): {} of {} values are NaN or infinite, the first at index {}",
                                        t.name, t.shard, t.dtype, t.nonfinite, t.elements, t.first));
+      }
+      for (const auto& t : s.values->invalid_scales) {
+        s.errors.push_back(fmt::format(
+            "tensor {} ({}, {}): {} of {} block scales are invalid ({} NaN or infinite, the others negative or so "
+            "large that their weights overflow float: run refuses them), the first at index {}",
+            t.name, t.shard, t.dtype, t.invalid, t.elements, t.nonfinite, t.first));
       }
     });
   }
@@ -201,11 +206,18 @@ nlohmann::json CheckpointSummary::to_json() const {
                      {"nonfinite", t.nonfinite},
                      {"first", t.first}});
     }
-    j["values"] = {{"tensors", values->tensors},
-                   {"skipped", values->skipped},
-                   {"bytes", values->bytes},
-                   {"seconds", values->seconds},
-                   {"nonfinite", bad}};
+    nlohmann::json invalid = nlohmann::json::array();
+    for (const auto& t : values->invalid_scales) {
+      invalid.push_back({{"tensor", t.name},
+                         {"shard", t.shard},
+                         {"dtype", t.dtype},
+                         {"elements", t.elements},
+                         {"invalid", t.invalid},
+                         {"nonfinite", t.nonfinite},
+                         {"first", t.first}});
+    }
+    j["values"] = {{"tensors", values->tensors}, {"skipped", values->skipped}, {"bytes", values->bytes},
+                   {"seconds", values->seconds}, {"nonfinite", bad},           {"invalid_scales", invalid}};
   }
   j["errors"] = errors;
   j["warnings"] = warnings;
@@ -262,12 +274,13 @@ std::string CheckpointSummary::to_text() const {
   }
   if (!chat_template.empty()) out += "  " + chat_template + "\n";
   if (values) {
-    out +=
-        fmt::format("  values      {} tensors, {} read in {:.1f} s: {}; {} without NaN or infinity codes not read\n",
-                    values->tensors, format_bytes(values->bytes), values->seconds,
-                    values->nonfinite.empty() ? std::string("all finite")
-                                              : fmt::format("{} with NaN or infinite values", values->nonfinite.size()),
-                    values->skipped);
+    out += fmt::format("  values      {} tensors, {} read in {:.1f} s: {}; {} without NaN or infinity codes not read\n",
+                       values->tensors, format_bytes(values->bytes), values->seconds,
+                       values->nonfinite.empty() && values->invalid_scales.empty()
+                           ? std::string("all finite")
+                           : fmt::format("{} with NaN or infinite values, {} with invalid block scales",
+                                         values->nonfinite.size(), values->invalid_scales.size()),
+                       values->skipped);
   }
   for (const auto& w : warnings) out += "  warning: " + w + "\n";
   for (const auto& e : errors) out += "  error: " + e + "\n";

@@ -65,21 +65,10 @@ uint64_t count_nonfinite(DType dtype, const uint8_t* data, uint64_t count, uint6
 }
 
 NonfiniteCount::NonfiniteCount(DType dtype)
-    : dtype_(dtype), element_bytes_(static_cast<uint64_t>(std::max(dtype_bits(dtype) / 8, 1))) {}
+    : dtype_(dtype), pieces_(static_cast<uint64_t>(std::max(dtype_bits(dtype) / 8, 1))) {}
 
 void NonfiniteCount::add(const uint8_t* data, uint64_t bytes) {
-  if (carried_ > 0) {
-    const uint64_t take = std::min(bytes, element_bytes_ - carried_);
-    std::memcpy(carry_ + carried_, data, take);
-    carried_ += take, data += take, bytes -= take;
-    if (carried_ < element_bytes_) return;
-    count(carry_, 1);
-    carried_ = 0;
-  }
-  const uint64_t whole = bytes / element_bytes_;
-  count(data, whole);
-  carried_ = bytes - whole * element_bytes_;
-  std::memcpy(carry_, data + whole * element_bytes_, carried_);
+  pieces_.add(data, bytes, [this](const uint8_t* d, uint64_t n) { count(d, n); });
 }
 
 void NonfiniteCount::count(const uint8_t* data, uint64_t elements) {

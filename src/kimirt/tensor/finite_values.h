@@ -5,7 +5,9 @@
 // corrupted download), which otherwise show only as a request that ends in an error.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kimirt/tensor/dtype.h"
 
@@ -19,26 +21,51 @@ bool has_nonfinite_codes(DType dtype);
 // such codes.
 uint64_t count_nonfinite(DType dtype, const uint8_t* data, uint64_t count, uint64_t* first = nullptr);
 
-// The same count over a tensor's bytes given piece by piece, in order, cut anywhere (a read buffer may end inside
-// an element: its first bytes wait for the next piece). Not thread-safe.
+// A tensor's bytes given piece by piece, in order, cut anywhere (a read buffer may end inside an element), handed
+// on as whole elements: fn(data, elements), an element split between pieces once its last bytes are in.
+class WholeElements {
+ public:
+  explicit WholeElements(uint64_t element_bytes) : element_bytes_(element_bytes) {}
+  template <typename Fn>
+  void add(const uint8_t* data, uint64_t bytes, Fn&& fn) {
+    if (carried_ > 0) {
+      const uint64_t take = std::min(bytes, element_bytes_ - carried_);
+      std::memcpy(carry_ + carried_, data, take);
+      carried_ += take, data += take, bytes -= take;
+      if (carried_ < element_bytes_) return;
+      fn(static_cast<const uint8_t*>(carry_), uint64_t{1});
+      carried_ = 0;
+    }
+    const uint64_t whole = bytes / element_bytes_;
+    fn(data, whole);
+    carried_ = bytes - whole * element_bytes_;
+    std::memcpy(carry_, data + whole * element_bytes_, carried_);
+  }
+  uint64_t pending_bytes() const { return carried_; }
+
+ private:
+  uint64_t element_bytes_;
+  uint8_t carry_[8] = {};  // the widest element: F64
+  uint64_t carried_ = 0;
+};
+
+// The same count over a tensor's bytes given piece by piece, in order, cut anywhere. Not thread-safe.
 class NonfiniteCount {
  public:
   explicit NonfiniteCount(DType dtype);
   void add(const uint8_t* data, uint64_t bytes);
-  uint64_t elements() const { return elements_; }      // whole elements seen
-  uint64_t nonfinite() const { return nonfinite_; }    // of them NaN or infinite
-  uint64_t first() const { return first_; }            // the index of the first such (0 when none)
-  uint64_t pending_bytes() const { return carried_; }  // of an element not yet complete
+  uint64_t elements() const { return elements_; }                     // whole elements seen
+  uint64_t nonfinite() const { return nonfinite_; }                   // of them NaN or infinite
+  uint64_t first() const { return first_; }                           // the index of the first such (0 when none)
+  uint64_t pending_bytes() const { return pieces_.pending_bytes(); }  // of an element not yet complete
   DType dtype() const { return dtype_; }
 
  private:
   void count(const uint8_t* data, uint64_t elements);
 
   DType dtype_;
-  uint64_t element_bytes_;
+  WholeElements pieces_;
   uint64_t elements_ = 0, nonfinite_ = 0, first_ = 0;
-  uint8_t carry_[8] = {};
-  uint64_t carried_ = 0;
 };
 
 }  // namespace kimirt
