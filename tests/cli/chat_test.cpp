@@ -228,8 +228,7 @@ TEST(Chat, StopsThatCouldNeverFireAndEmptyRepliesAreRefusedBeforeTheLoad) {
                                      " chat" + with_tokenizer + " --stop 'x[EOS]' < /dev/null"}) {
     const auto r = run_shell(kKimirt + command);
     EXPECT_EQ(r.exit_code, 1) << command << ": " << r.output;
-    EXPECT_NE(r.output.find("--stop: stop string \"x[EOS]\" holds the special token [EOS]"),
-              std::string::npos)
+    EXPECT_NE(r.output.find("--stop: stop string \"x[EOS]\" holds the special token [EOS]"), std::string::npos)
         << command << ": " << r.output;
     EXPECT_EQ(r.output.find("ready in"), std::string::npos) << command << ": " << r.output;
   }
@@ -246,6 +245,49 @@ TEST(Chat, StopsThatCouldNeverFireAndEmptyRepliesAreRefusedBeforeTheLoad) {
   r = run_shell("printf 'hi\\n' | " + kKimirt + " chat" + with_tokenizer + " -n 0");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("-n 0: every reply would be empty"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+// Ctrl-C while a reply streams ends that reply, not the session (it killed the process, the conversation lost):
+// the next line is read and /quit ends with exit code 0. Greedy, so the reply is the same every run, and long: the
+// signal comes once 600 bytes of it are out, well before -n.
+TEST(Chat, InterruptEndsTheReplyNotTheSession) {
+  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-interrupt-test";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto made = run_shell(kKimirt + " make-tiny " + (dir / "m").string());
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string d = dir.string();
+  const auto r = run_shell(
+      "mkfifo " + d + "/in && (" + kKimirt + " chat -m " + d + "/m -n 8000 --temperature 0 --threads 1 < " + d +
+      "/in > " + d + "/out 2>&1 & pid=$!; exec 3>" + d + "/in; echo hi >&3; for i in $(seq 400); do [ $(wc -c < " + d +
+      "/out) -gt 600 ] && break; sleep 0.05; done; kill -INT $pid; sleep 0.3; echo /quit >&3; "
+      "wait $pid; echo \"exit $?\"); cat " +
+      d + "/out");
+  EXPECT_NE(r.output.find("exit 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(reply interrupted)\n> "), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+// /system alone clears the system message (it printed the command list); a message too long to leave room for a
+// turn and a reply is refused when set, not line by line afterwards; /reset keeps the message /system set (it
+// brought back --system's without a word).
+TEST(Chat, SystemCommandsClearAreCheckedAndSurviveReset) {
+  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-system-test-model";
+  fs::remove_all(dir);
+  auto made = run_shell(kKimirt + " make-tiny " + dir.string());
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  std::string long_text;
+  for (int i = 0; i < 60; ++i) long_text += " word";
+  const auto r = run_shell("printf '/system" + long_text + "\\n/system be brief\\n/reset\\n/system\\n/quit\\n' | " +
+                           kKimirt + " chat -m " + dir.string() + " --context 128 -n 8 --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("(/system: with this message one turn takes "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("past --context 128; the system message is unchanged)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(system message set)\n> (conversation cleared)\n(the system message stays; /system alone "
+                          "clears it)\n> (system message cleared)"),
+            std::string::npos)
+      << r.output;
   fs::remove_all(dir);
 }
 

@@ -1,8 +1,14 @@
 // `kimirt chat -m DIR`: an interactive chat on a terminal. The conversation is rendered with the model
 // family's chat template (text/chat_template.h) and run through the engine; replies stream as they are
 // produced. Lines starting with '/' are commands: /reset forgets the conversation, /system TEXT sets the
-// system message, /quit (or end of input) leaves. One rank: the model runs in this process.
+// system message, /quit (or end of input) leaves. Ctrl-C during a reply ends the reply (what was shown stays in
+// the conversation), not the session; at the prompt it ends the program as usual. One rank: the model runs in this
+// process.
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -36,6 +42,42 @@ namespace kimirt::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Set by SIGINT while a reply is generated (lock-free atomics: safe in a handler).
+std::atomic<bool> g_replying{false};
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_interrupt(int) {
+  if (!g_replying.load()) {
+    // At the prompt: what Ctrl-C does to any program.
+    ::signal(SIGINT, SIG_DFL);
+    ::raise(SIGINT);
+    return;
+  }
+  g_interrupted.store(true);
+}
+
+// For the session: Ctrl-C ends a reply instead of the process. SA_RESTART: a write to the terminal that the signal
+// interrupts goes on, rather than failing stdout.
+class InterruptsEndReplies {
+ public:
+  InterruptsEndReplies() {
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    installed_ = ::sigaction(SIGINT, &sa, &previous_) == 0;
+  }
+  ~InterruptsEndReplies() {
+    if (installed_) ::sigaction(SIGINT, &previous_, nullptr);
+  }
+  InterruptsEndReplies(const InterruptsEndReplies&) = delete;
+  InterruptsEndReplies& operator=(const InterruptsEndReplies&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+  bool installed_ = false;
+};
 
 struct ChatOptions {
   std::string model_dir;
@@ -88,17 +130,21 @@ void chat(const ChatOptions& o) {
   with_context("--system", [&] { (void)tokenizer->encode(o.system); });
   // The shortest turn there can be (the system message, a one-character line, the template's markup) must fit
   // beside a reply of -n: otherwise every line would be refused, and /reset could not help.
-  {
+  // The same holds for a message /system sets later.
+  auto shortest_turn = [&](const std::string& system) {
     std::vector<text::ChatMessage> shortest;
-    if (!o.system.empty()) shortest.push_back({"system", o.system, "", ""});
+    if (!system.empty()) shortest.push_back({"system", system, "", ""});
     shortest.push_back({"user", "x", "", ""});
-    const auto prompt = chat_template.encode(*tokenizer, shortest, /*add_generation_prompt=*/true, o.thinking);
-    const int64_t need = runtime::cache_positions_needed(static_cast<int64_t>(prompt.size()), o.sampling.max_tokens);
-    KIMIRT_CHECK(need <= o.max_context,
-                 "{} cannot hold one turn: the system message and the template's markup take {} tokens, a reply of "
-                 "-n {} more",
-                 context_flag, prompt.size(), o.sampling.max_tokens);
-  }
+    return chat_template.encode(*tokenizer, shortest, /*add_generation_prompt=*/true, o.thinking).size();
+  };
+  auto fits_a_turn = [&](size_t prompt) {
+    return runtime::cache_positions_needed(static_cast<int64_t>(prompt), o.sampling.max_tokens) <= o.max_context;
+  };
+  const size_t first_turn = shortest_turn(o.system);
+  KIMIRT_CHECK(fits_a_turn(first_turn),
+               "{} cannot hold one turn: the system message and the template's markup take {} tokens, a reply of "
+               "-n {} more",
+               context_flag, first_turn, o.sampling.max_tokens);
   const runtime::CacheConfig cache = one_sequence_cache(o.max_context, config, context_flag);
 
   model::LoadedModel loaded = model::load_model(checkpoint, model::ParallelMapping{});
@@ -140,10 +186,12 @@ void chat(const ChatOptions& o) {
   std::fprintf(stderr, "kimirt chat: %s (%s) ready in %.2f s; /reset, /system TEXT, /quit\n", dir.c_str(),
                std::string(text::chat_family_name(chat_template.family())).c_str(), load_timer.seconds());
 
+  const InterruptsEndReplies interrupts;
   std::vector<text::ChatMessage> history;
+  std::string system = o.system;  // the system message now: --system, or what /system set since
   auto reset = [&] {
     history.clear();
-    if (!o.system.empty()) history.push_back({"system", o.system, "", ""});
+    if (!system.empty()) history.push_back({"system", system, "", ""});
   };
   reset();
   std::string line;
@@ -155,19 +203,33 @@ void chat(const ChatOptions& o) {
     if (line == "/reset") {
       reset();
       std::puts("(conversation cleared)");
+      if (!system.empty()) std::puts("(the system message stays; /system alone clears it)");
       continue;
     }
-    if (line.rfind("/system ", 0) == 0) {
+    if (line == "/system" || line.rfind("/system ", 0) == 0) {
+      // No text (or only blanks): no system message, as without --system (Kimi Linear's template then gives its
+      // default one).
+      std::string text = line.size() > 8 ? line.substr(8) : std::string();
+      if (text.find_first_not_of(" \t") == std::string::npos) text.clear();
+      size_t turn = 0;
       try {
-        (void)tokenizer->encode(line.substr(8));
+        turn = shortest_turn(text);
       } catch (const Error& e) {
         std::printf("(/system: %s; the system message is unchanged)\n", e.what());
         continue;
       }
+      if (!fits_a_turn(turn)) {
+        std::printf(
+            "(/system: with this message one turn takes %zu tokens and a reply -n %d more, past --context "
+            "%lld; the system message is unchanged)\n",
+            turn, o.sampling.max_tokens, static_cast<long long>(o.max_context));
+        continue;
+      }
+      system = text;
       history.erase(std::remove_if(history.begin(), history.end(), [](const auto& m) { return m.role == "system"; }),
                     history.end());
-      history.insert(history.begin(), {"system", line.substr(8), "", ""});
-      std::puts("(system message set)");
+      if (!system.empty()) history.insert(history.begin(), {"system", system, "", ""});
+      std::puts(system.empty() ? "(system message cleared)" : "(system message set)");
       continue;
     }
     if (line[0] == '/') {
@@ -194,16 +256,27 @@ void chat(const ChatOptions& o) {
     reply_ids.clear();
     shown.clear();
     reason = runtime::FinishReason::kNone;
+    int64_t id = 0;
     try {
-      engine.submit(std::move(request));
+      id = engine.submit(std::move(request));
     } catch (const Error& e) {
       // A request the engine refuses (a stop string it cannot take, say) loses this line, not the conversation.
       std::printf("(%s)\n", e.what());
       history.pop_back();
       continue;
     }
-    engine.run_until_idle();
+    g_interrupted.store(false);
+    g_replying.store(true);
+    while (!engine.idle()) {
+      if (g_interrupted.exchange(false)) engine.cancel(id);
+      if (!engine.step()) engine.wait_for_work(std::chrono::milliseconds(10));
+    }
+    g_replying.store(false);
     std::fputc('\n', stdout);
+    if (reason == runtime::FinishReason::kCancelled) {
+      std::fflush(stdout);  // the reply's end first, where both go to one file
+      std::fputs("(reply interrupted)\n", stderr);
+    }
     KIMIRT_CHECK(reason != runtime::FinishReason::kError, "generation failed: {}", error);
     // The history keeps the reply without the markup that ended it (end of turn, EOS): the next turn renders
     // that markup itself, and as template tokens, not as text.
@@ -213,8 +286,10 @@ void chat(const ChatOptions& o) {
     // shown, not the text that the tokens completing the stop string carry past it.
     const bool stop_string = reason == runtime::FinishReason::kStop && !reply_ids.empty() &&
                              std::find(ending.begin(), ending.end(), reply_ids.back()) == ending.end();
+    // An interrupted reply, the same: what was shown.
+    const bool cut = stop_string || reason == runtime::FinishReason::kCancelled;
     history.push_back(chat_template.parse_reply(*tokenizer, reply_ids, o.thinking, ending,
-                                                stop_string ? std::optional<std::string_view>(shown) : std::nullopt));
+                                                cut ? std::optional<std::string_view>(shown) : std::nullopt));
   }
   std::fputc('\n', stdout);
 }
