@@ -18,12 +18,29 @@ kimirt::test::CommandResult run_shell(const std::string& cmd) { return kimirt::t
 
 const std::string kKimirt = kimirt::test::kimirt_binary();
 
+// A tiny K3 with the built-in tokenizer (make-tiny's default) in a scratch directory of its own, removed at the end.
+class TinyK3 {
+ public:
+  explicit TinyK3(const std::string& name) : dir_(fs::temp_directory_path() / name) {
+    fs::remove_all(dir_);
+    made_ = run_shell(kKimirt + " make-tiny " + dir_.string());
+  }
+  ~TinyK3() { fs::remove_all(dir_); }
+  TinyK3(const TinyK3&) = delete;
+  TinyK3& operator=(const TinyK3&) = delete;
+  const fs::path& dir() const { return dir_; }
+  // For ASSERT_EQ(made.exit_code, 0) << made.output.
+  const kimirt::test::CommandResult& made() const { return made_; }
+
+ private:
+  fs::path dir_;
+  kimirt::test::CommandResult made_;
+};
+
 TEST(Chat, ConversationCommandsAndQuit) {
-  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-test-model";
-  fs::remove_all(dir);
-  // A tiny K3 with the built-in tokenizer (make-tiny's default).
-  auto made = run_shell(kKimirt + " make-tiny " + dir.string());
-  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const TinyK3 model("kimirt-chat-test-model");
+  ASSERT_EQ(model.made().exit_code, 0) << model.made().output;
+  const fs::path& dir = model.dir();
   const auto r = run_shell("printf 'hello there\\n/system be brief\\nand again\\n/reset\\n/bogus\\nhi\\n/quit\\n' | " +
                            kKimirt + " chat -m " + dir.string() + " -n 6 --seed 3 --threads 1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -34,7 +51,6 @@ TEST(Chat, ConversationCommandsAndQuit) {
   size_t prompts = 0;
   for (size_t p = r.output.find("> "); p != std::string::npos; p = r.output.find("> ", p + 2)) ++prompts;
   EXPECT_GE(prompts, 7u) << r.output;
-  fs::remove_all(dir);
 }
 
 // Sampling flags the engine would refuse are refused when parsed, naming the flag, before a model loads (they
@@ -178,10 +194,9 @@ TEST(Chat, DumpLogitsDirectoryIsCheckedFirst) {
 // chat: -n must leave room for the conversation in --context, and --system must be text it can encode; both
 // refused before anything is loaded (every line used to be refused instead).
 TEST(Chat, ContextAndSystemFlagsAreCheckedAtStart) {
-  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-flags-model";
-  fs::remove_all(dir);
-  auto made = run_shell(kKimirt + " make-tiny " + dir.string());
-  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const TinyK3 model("kimirt-chat-flags-model");
+  ASSERT_EQ(model.made().exit_code, 0) << model.made().output;
+  const fs::path& dir = model.dir();
   auto r = run_shell("printf 'hello\\n' | " + kKimirt + " chat -m " + dir.string() + " --context 200 -n 256");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("-n 256 leaves no room in --context 200"), std::string::npos) << r.output;
@@ -193,7 +208,6 @@ TEST(Chat, ContextAndSystemFlagsAreCheckedAtStart) {
   r = run_shell("printf 'hello\\n' | " + kKimirt + " chat -m " + dir.string() + " --system \"$(printf '\\377')\"");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--system: text to encode is not valid UTF-8"), std::string::npos) << r.output;
-  fs::remove_all(dir);
 }
 
 // --thinking on a Kimi Linear model, whose template has no thinking channel: refused at start (it was ignored).
@@ -219,11 +233,9 @@ TEST(Chat, ThinkingOnKimiLinearIsRefused) {
 // -n), a --stop without a tokenizer (refused by the engine after the whole load), -n 0 without --dump-logits (the
 // whole model loaded for an empty line) and -n 0 in chat (every reply empty).
 TEST(Chat, StopsThatCouldNeverFireAndEmptyRepliesAreRefusedBeforeTheLoad) {
-  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-stop-test-model";
-  fs::remove_all(dir);
-  auto made = run_shell(kKimirt + " make-tiny " + dir.string());
-  ASSERT_EQ(made.exit_code, 0) << made.output;
-  const std::string with_tokenizer = " -m " + dir.string();
+  const TinyK3 model("kimirt-chat-stop-test-model");
+  ASSERT_EQ(model.made().exit_code, 0) << model.made().output;
+  const std::string with_tokenizer = " -m " + model.dir().string();
   for (const std::string& command : {" run" + with_tokenizer + " -p hi --stop 'x[EOS]'",
                                      " chat" + with_tokenizer + " --stop 'x[EOS]' < /dev/null"}) {
     const auto r = run_shell(kKimirt + command);
@@ -245,38 +257,35 @@ TEST(Chat, StopsThatCouldNeverFireAndEmptyRepliesAreRefusedBeforeTheLoad) {
   r = run_shell("printf 'hi\\n' | " + kKimirt + " chat" + with_tokenizer + " -n 0");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("-n 0: every reply would be empty"), std::string::npos) << r.output;
-  fs::remove_all(dir);
 }
 
 // Ctrl-C while a reply streams ends that reply, not the session (it killed the process, the conversation lost):
 // the next line is read and /quit ends with exit code 0. Greedy, so the reply is the same every run, and long: the
 // signal comes once 600 bytes of it are out, well before -n.
 TEST(Chat, InterruptEndsTheReplyNotTheSession) {
-  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-interrupt-test";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  auto made = run_shell(kKimirt + " make-tiny " + (dir / "m").string());
-  ASSERT_EQ(made.exit_code, 0) << made.output;
-  const std::string d = dir.string();
+  const TinyK3 model("kimirt-chat-interrupt-test");
+  ASSERT_EQ(model.made().exit_code, 0) << model.made().output;
+  const std::string d = model.dir().string();  // its fifo and output beside it: d.in, d.out
+  fs::remove(d + ".in");
   const auto r = run_shell(
-      "mkfifo " + d + "/in && (" + kKimirt + " chat -m " + d + "/m -n 8000 --temperature 0 --threads 1 < " + d +
-      "/in > " + d + "/out 2>&1 & pid=$!; exec 3>" + d + "/in; echo hi >&3; for i in $(seq 400); do [ $(wc -c < " + d +
-      "/out) -gt 600 ] && break; sleep 0.05; done; kill -INT $pid; sleep 0.3; echo /quit >&3; "
+      "mkfifo " + d + ".in && (" + kKimirt + " chat -m " + d + " -n 8000 --temperature 0 --threads 1 < " + d +
+      ".in > " + d + ".out 2>&1 & pid=$!; exec 3>" + d + ".in; echo hi >&3; for i in $(seq 400); do [ $(wc -c < " + d +
+      ".out) -gt 600 ] && break; sleep 0.05; done; kill -INT $pid; sleep 0.3; echo /quit >&3; "
       "wait $pid; echo \"exit $?\"); cat " +
-      d + "/out");
+      d + ".out");
   EXPECT_NE(r.output.find("exit 0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(reply interrupted)\n> "), std::string::npos) << r.output;
-  fs::remove_all(dir);
+  fs::remove(d + ".in");
+  fs::remove(d + ".out");
 }
 
 // /system alone clears the system message (it printed the command list); a message too long to leave room for a
 // turn and a reply is refused when set, not line by line afterwards; /reset keeps the message /system set (it
 // brought back --system's without a word).
 TEST(Chat, SystemCommandsClearAreCheckedAndSurviveReset) {
-  const fs::path dir = fs::temp_directory_path() / "kimirt-chat-system-test-model";
-  fs::remove_all(dir);
-  auto made = run_shell(kKimirt + " make-tiny " + dir.string());
-  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const TinyK3 model("kimirt-chat-system-test-model");
+  ASSERT_EQ(model.made().exit_code, 0) << model.made().output;
+  const fs::path& dir = model.dir();
   std::string long_text;
   for (int i = 0; i < 60; ++i) long_text += " word";
   const auto r = run_shell("printf '/system" + long_text + "\\n/system be brief\\n/reset\\n/system\\n/quit\\n' | " +
@@ -288,7 +297,6 @@ TEST(Chat, SystemCommandsClearAreCheckedAndSurviveReset) {
                           "clears it)\n> (system message cleared)"),
             std::string::npos)
       << r.output;
-  fs::remove_all(dir);
 }
 
 TEST(Chat, RefusesAModelWithoutTokenizer) {
