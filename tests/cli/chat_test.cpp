@@ -172,9 +172,23 @@ TEST(Chat, OutputThatCannotBeWrittenIsAnError) {
 }
 
 // A first word that names no command is named back, with the commands there are.
-TEST(Chat, AnUnknownCommandIsNamed) {
-  const auto r = run_shell(kKimirt + " bogus");
+// Usage errors (an unknown command or flag, a value out of range) exit with 2, the usual status of a usage error
+// (CLI11's own were 105 to 115, one per kind), apart from 1, an error while running; their messages carry
+// "kimirt: error:" as every other error's does, and point to the command's help.
+TEST(Chat, UsageErrorsExitTwoAndAnUnknownCommandIsNamed) {
+  auto r = run_shell(kKimirt + " run --temperature -1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("kimirt: error: --temperature: must be a number in [0, inf), got -1\nRun kimirt run --help"),
+            std::string::npos)
+      << r.output;
+  r = run_shell(kKimirt + " run --bogus");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = run_shell(kKimirt);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = run_shell(kKimirt + " run -m /nonexistent --ids 1");
   EXPECT_EQ(r.exit_code, 1) << r.output;
+  r = run_shell(kKimirt + " bogus");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("unknown command 'bogus' (commands: "), std::string::npos) << r.output;
   for (const char* name : {"inspect", "run", "chat", "make-tiny"}) {
     EXPECT_NE(r.output.find(name), std::string::npos) << name << ": " << r.output;

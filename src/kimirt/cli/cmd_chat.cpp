@@ -306,6 +306,7 @@ const RegisterCommand kChat("chat", 20, [](CLI::App& app) {
   cmd->add_flag("--thinking", o->thinking, "K3: open the thinking channel before the response");
   add_sampling_options(cmd, o->sampling, "tokens per reply at most");
   cmd->add_option("--context", o->max_context, "tokens the conversation may hold (at most the model's positions)")
+      ->capture_default_str()
       ->check(whole_number_in(1, std::numeric_limits<int64_t>::max()));
   cmd->add_option("--threads", o->threads, "CPU threads (default: the CPUs this process may run on)")
       ->check(whole_number_in(1, kMaxThreads));

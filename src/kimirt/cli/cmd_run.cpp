@@ -278,6 +278,7 @@ const RegisterCommand kRun("run", 10, [](CLI::App& app) {
                   "started on this host)")
       ->check(whole_number_in(1, kMaxThreads));
   cmd->add_option("--prefill-chunk", o->prefill_chunk, "longest prompt piece per step")
+      ->capture_default_str()
       ->check(whole_number_in(1, std::numeric_limits<int64_t>::max()));
   cmd->add_option("--dump-logits", o->dump_logits,
                   "write prompt_logits [T, vocab] and step_logits [S, vocab] (row i chose token i) as F32 safetensors")

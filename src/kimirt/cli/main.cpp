@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "kimirt/base/error.h"
 #include "kimirt/cli/command.h"
 
@@ -20,6 +22,10 @@ std::vector<Command>& commands() {
 namespace {
 int g_exit_code = 0;
 }
+
+// The exit status of a command line that cannot be parsed (an unknown command or flag, a value out of range), apart
+// from 1, an error while running.
+constexpr int kUsageError = 2;
 void set_exit_code(int code) { g_exit_code = code; }
 int exit_code() { return g_exit_code; }
 
@@ -30,6 +36,12 @@ int main(int argc, char** argv) {
   CLI::App app{"kimirt: inference engine for the Kimi K3 model family (Kimi K3, Kimi Linear)", "kimirt"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kimirt 0.1.0");
+  // The command's help, where a known command was given (CLI11 reports every error from the top app).
+  const std::string help =
+      argc > 1 && argv[1][0] != '-' ? fmt::format("kimirt {} --help", argv[1]) : std::string("kimirt --help");
+  app.failure_message([help](const CLI::App*, const CLI::Error& e) {
+    return fmt::format("kimirt: error: {}\nRun {} for more information.\n", e.what(), help);
+  });
   auto list = commands();
   std::sort(list.begin(), list.end(), [](const Command& a, const Command& b) { return a.order < b.order; });
   for (auto& command : list) command.setup(app);
@@ -43,7 +55,7 @@ int main(int argc, char** argv) {
     }
     if (!known) {
       std::fprintf(stderr, "kimirt: error: unknown command '%s' (commands: %s)\n", argv[1], names.c_str());
-      return 1;
+      return kUsageError;
     }
   }
   int rc = 0;
@@ -51,7 +63,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     rc = exit_code();
   } catch (const CLI::ParseError& e) {
-    rc = app.exit(e);  // help and the version (status 0) or the parse error
+    // Help and the version: status 0. A parse error: one status for every kind (CLI11 has one per kind, 105 to
+    // 115), the usual 2 of a usage error, and the message prefixed as every other error of kimirt's is.
+    rc = app.exit(e) == 0 ? 0 : kUsageError;
   } catch (const kimirt::Error& e) {
     std::fprintf(stderr, "kimirt: error: %s\n", e.what());
     return 1;
