@@ -29,6 +29,11 @@ summary="$OUT/sanitize${SUFFIX}_summary.txt"
 # shellcheck source=scripts/device_env.sh
 source scripts/device_env.sh
 export KIMIRT_EXPECT_GPU=1
+# Kernels run one after the other under the sanitizer: tests of overlapped launches skip (mla_overlap_test.cu).
+export KIMIRT_UNDER_SANITIZER=1
+# And the two-GPU tests fail, not skip, on a machine with two GPUs.
+KIMIRT_EXPECT_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+export KIMIRT_EXPECT_GPUS
 SANITIZER=${SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 
 start=$(date +%s)

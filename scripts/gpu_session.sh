@@ -26,6 +26,9 @@ note() { echo "$*" | tee -a "$summary"; }
 source scripts/device_env.sh
 # The GPU tests fail, not skip, when they find no device here (tests/cuda/test_util.h).
 export KIMIRT_EXPECT_GPU=1
+# And the two-GPU tests fail, not skip, on a machine with two GPUs.
+KIMIRT_EXPECT_GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+export KIMIRT_EXPECT_GPUS
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$summary"
 

@@ -549,6 +549,16 @@ TEST(DenseOps, BadArgumentsAreErrorsNamingTheOp) {
   expect_error([&] { embedding_gather(nullptr, p, 10, 12, buf.as<int32_t>(), 1, p, 12); }, "hidden 12");
   expect_error([&] { rms_norm_gated(nullptr, p, 192, p, 192, buf.as<float>(), p, 192, 1, 2, 96, 1e-5f); },
                "head_dim 96");
+  // An epsilon that is negative or not a number gives NaN rows where mean(x^2) is below it: refused, named.
+  for (const float eps : {-1.0f, NAN, INFINITY}) {
+    expect_error([&] { rms_norm(nullptr, p, 64, p, p, 64, 2, 64, eps); }, "rms_norm: eps ");
+    expect_error([&] { add_rms_norm(nullptr, p, 64, p, 64, p, 64, p, p, 64, 2, 64, eps); }, "add_rms_norm: eps ");
+    expect_error([&] { rms_norm_gated(nullptr, p, 256, p, 256, buf.as<float>(), p, 256, 1, 2, 128, eps); },
+                 "rms_norm_gated: eps ");
+    expect_error(
+        [&] { attn_res_mix_norm(nullptr, cands.data(), 2, 64, 1, 64, buf.as<float>(), eps, p, 1e-5f, nullptr, p, 64); },
+        "attn_res_mix_norm: res_eps ");
+  }
 }
 
 }  // namespace

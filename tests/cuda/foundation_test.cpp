@@ -1,6 +1,9 @@
 // Device foundation: error translation, memory budget parsing and planning, the arena, streams/events.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "kimirt/base/error.h"
 #include "kimirt/cuda/stream.h"
 #include "test_util.h"
@@ -205,6 +208,14 @@ TEST(Device, QueryAndStreamsWork) {
   EXPECT_GE(elapsed_ms(start, stop), 0.0f);
   const auto v = test::download<float>(buf.data(), 1000);
   for (float x : v) ASSERT_TRUE(x >= -1.0f && x < 1.0f) << x;
+  // Spread over the range, not a constant or zeros (which the range check alone would take, and with them the
+  // tests that draw their inputs from fill_uniform): U[-1, 1) has mean 0 and variance 1/3.
+  double sum = 0.0, sq = 0.0;
+  for (float x : v) sum += x, sq += static_cast<double>(x) * x;
+  const double mean = sum / 1000, var = sq / 1000 - mean * mean;
+  EXPECT_NEAR(mean, 0.0, 0.1);
+  EXPECT_NEAR(var, 1.0 / 3.0, 0.05);
+  EXPECT_GT(std::set<float>(v.begin(), v.end()).size(), 990u);
 }
 
 // An event not reached yet is no error: the launch check after done() must not find one. A test of the CUDA

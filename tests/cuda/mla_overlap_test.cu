@@ -8,6 +8,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "kimirt/cuda/async_pipeline.cuh"
 #include "kimirt/cuda/mla_decode.h"
 #include "kimirt/cuda/stream.h"
@@ -64,6 +67,7 @@ TEST(MlaDecodeOverlap, WaitsForThePreviousKernelBeforeReadingQAndWriting) {
   DeviceBuffer dc = upload(test::to_bf16(cache)), dt = upload(table), dl = upload(lens);
   Stream stream;
   const cudaStream_t s = stream.get();
+  int serialized = 0;  // configurations whose control never overlapped: not tested
   for (int h : {heads, 96}) {
     std::vector<float> q_old = test::random_vec(batch * h * 576, 32, -0.5f, 0.5f);
     std::vector<float> q_new = test::random_vec(batch * h * 576, 33, -0.5f, 0.5f);
@@ -92,16 +96,21 @@ TEST(MlaDecodeOverlap, WaitsForThePreviousKernelBeforeReadingQAndWriting) {
         const std::vector<uint8_t> poison_out = download<uint8_t>(out.data(), out_bytes);
         const std::vector<uint8_t> poison_ws = download<uint8_t>(ws.data(), ws_bytes);
 
-        // The control: a dependent that does not wait sees the old q.
-        late_writer<<<1, 256, 0, s>>>(d_new.as<uint16_t>(), dq.as<uint16_t>(), batch * h * 576, out.as<uint4>(),
-                                      saved_out.as<uint4>(), 0, ws.as<uint4>(), saved_ws.as<uint4>(), 0);
-        launch_dependent_early_reader(s, dq.as<uint16_t>(), seen.as<uint16_t>());
-        // Under compute-sanitizer, ncu or CUDA_LAUNCH_BLOCKING=1 kernels run one after the other: nothing to test.
-        if (download<uint16_t>(seen.data(), 1)[0] != old_bf16[0]) {
-          GTEST_SKIP() << "programmatic launches do not overlap here (serialized kernels?): this test could not "
-                          "catch an early read";
+        // The control: a dependent that does not wait sees the old q. A few tries: one launch that happened not to
+        // overlap must not leave this configuration untested.
+        bool overlaps = false;
+        for (int attempt = 0; attempt < 3 && !overlaps; ++attempt) {
+          KIMIRT_CUDA_CHECK(cudaMemcpy(dq.data(), old_bf16.data(), old_bf16.size() * 2, cudaMemcpyHostToDevice));
+          late_writer<<<1, 256, 0, s>>>(d_new.as<uint16_t>(), dq.as<uint16_t>(), batch * h * 576, out.as<uint4>(),
+                                        saved_out.as<uint4>(), 0, ws.as<uint4>(), saved_ws.as<uint4>(), 0);
+          launch_dependent_early_reader(s, dq.as<uint16_t>(), seen.as<uint16_t>());
+          overlaps = download<uint16_t>(seen.data(), 1)[0] == old_bf16[0];
         }
         KIMIRT_CUDA_CHECK(cudaMemcpy(dq.data(), old_bf16.data(), old_bf16.size() * 2, cudaMemcpyHostToDevice));
+        if (!overlaps) {
+          ++serialized;
+          continue;
+        }
 
         late_writer<<<1, 256, 0, s>>>(d_new.as<uint16_t>(), dq.as<uint16_t>(), batch * h * 576, out.as<uint4>(),
                                       saved_out.as<uint4>(), static_cast<int>(out_bytes / 16), ws.as<uint4>(),
@@ -123,6 +132,21 @@ TEST(MlaDecodeOverlap, WaitsForThePreviousKernelBeforeReadingQAndWriting) {
         EXPECT_TRUE(download<uint8_t>(saved_ws.data(), ws_bytes) == poison_ws)
             << what << ": the split workspace was written before the previous kernel ended";
       }
+    }
+  }
+  if (serialized > 0) {
+    // Under compute-sanitizer, ncu or CUDA_LAUNCH_BLOCKING=1 kernels run one after the other: nothing to test.
+    // Elsewhere on the GPU machine (KIMIRT_EXPECT_GPU) it is a failure, not a quiet skip.
+    const bool expected = std::getenv("KIMIRT_EXPECT_GPU") != nullptr &&
+                          std::getenv("KIMIRT_UNDER_SANITIZER") == nullptr &&
+                          std::getenv("CUDA_LAUNCH_BLOCKING") == nullptr;
+    const std::string why = std::to_string(serialized) +
+                            " configuration(s): programmatic launches did not overlap (serialized kernels?), so "
+                            "this test could not catch an early read there";
+    if (expected) {
+      ADD_FAILURE() << why;
+    } else {
+      GTEST_SKIP() << why;
     }
   }
 }

@@ -371,9 +371,6 @@ TEST(MlaDecode, PagedAbsorbedSplitAndUnsplit) {
   }
 }
 
-// A long context split over many blocks (chunks that are not multiples of the wgmma kernel's 48-row tile,
-// 64-row pages scattered) at the head counts of K3 (96) and of K3 under TP 8 (12), both kernels, against
-// the fp64 reference.
 // A softmax scale other than the default (MlaDecodeArgs::scale), on every kernel, split and unsplit: 0.3, about
 // four times 192^-1/2, a much sharper softmax than the default's.
 TEST(MlaDecode, GivenScale) {
@@ -409,6 +406,9 @@ TEST(MlaDecode, GivenScale) {
   }
 }
 
+// A long context split over many blocks (chunks that are not multiples of the wgmma kernel's 48-row tile,
+// 64-row pages scattered) at the head counts of K3 (96) and of K3 under TP 8 (12), every kernel, against the fp64
+// reference.
 TEST(MlaDecode, LongContextManySplits) {
   KIMIRT_REQUIRE_GPU();
   const int page = 64, len = 9000, pages = (len + page - 1) / page;
@@ -584,6 +584,10 @@ TEST(MlaCache, NormAppendGatherAndGate) {
   DeviceBuffer dt = upload(table), dcu = upload(cu), out = test::poisoned(8 * 576 * 2);
   mla_gather_latent(nullptr, cache.as<__nv_bfloat16>(), page, dt.as<int32_t>(), 2, dcu.as<int32_t>(), 2, 6,
                     out.as<__nv_bfloat16>());
+  // A table row stride of 0 (every sequence the first one's pages): refused.
+  EXPECT_THROW(mla_gather_latent(nullptr, cache.as<__nv_bfloat16>(), page, dt.as<int32_t>(), 0, dcu.as<int32_t>(), 2, 6,
+                                 out.as<__nv_bfloat16>()),
+               Error);
   const auto g = dl_bf16(out, 8 * 576);
   for (int d = 0; d < 576; ++d) {
     ASSERT_EQ(g[0 * 576 + d], got[0 * 576 + d]);

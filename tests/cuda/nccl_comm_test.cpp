@@ -77,8 +77,9 @@ void check_two_rank_collectives(NcclComm* comm, int r) {
   };
   auto buf = test::upload(seq(4, r + 1.0f));
   comm->all_reduce_sum(buf.data(), 4, DType::kF32);
-  auto gathered = test::upload(std::vector<float>(8, -1.0f));
-  comm->all_gather(buf.data(), gathered.data(), 4, DType::kF32);
+  // Each rank gathers its own values (not the all-reduced ones, the same on both): rank order and slots show.
+  auto own = test::upload(seq(4, r + 1.0f)), gathered = test::upload(std::vector<float>(8, -1.0f));
+  comm->all_gather(own.data(), gathered.data(), 4, DType::kF32);
   auto send8 = test::upload(seq(8, r + 1.0f)), scattered = test::upload(std::vector<float>(4, -1.0f));
   comm->reduce_scatter_sum(send8.data(), scattered.data(), 4, DType::kF32);
   auto bcast = test::upload(seq(4, r + 1.0f));
@@ -91,8 +92,9 @@ void check_two_rank_collectives(NcclComm* comm, int r) {
   auto a2a_send = test::upload(a2a), a2a_recv = test::upload(std::vector<float>(4, -1.0f));
   comm->all_to_all_v(a2a_send.data(), send_counts, a2a_recv.data(), recv_counts, DType::kF32);
   comm->barrier();
-  std::vector<float> reduced = seq(4, 3.0f), all = seq(4, 3.0f), bc = seq(4, 2.0f);
-  all.insert(all.end(), reduced.begin(), reduced.end());  // both ranks hold the sum by then
+  std::vector<float> reduced = seq(4, 3.0f), all = seq(4, 1.0f), bc = seq(4, 2.0f);
+  const std::vector<float> second = seq(4, 2.0f);
+  all.insert(all.end(), second.begin(), second.end());
   std::vector<float> sc(4);
   for (int i = 0; i < 4; ++i) sc[i] = 3.0f * static_cast<float>(4 * r + i + 1);
   EXPECT_EQ(test::download<float>(buf.data(), 4), reduced) << "all_reduce_sum, rank " << r;

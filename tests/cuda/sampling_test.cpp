@@ -83,9 +83,10 @@ TEST(Sampling, DeterministicPerSeedAndStepAndRespectsFilters) {
     top_p_min = v;
     if (cum >= 0.3 * total) break;
   }
-  std::set<int32_t> distinct;
+  std::set<int32_t> distinct, per_filter[3];
   for (size_t i = 0; i < ps.size(); ++i) {
     const float v = l[a[i]];
+    if (i % 4 < 3) per_filter[i % 4].insert(a[i]);
     if (i % 4 == 0) {
       EXPECT_GE(v, sorted[19]) << "top-k row " << i;
     } else if (i % 4 == 1) {
@@ -96,6 +97,9 @@ TEST(Sampling, DeterministicPerSeedAndStepAndRespectsFilters) {
     distinct.insert(a[i]);
   }
   EXPECT_GT(distinct.size(), 5u) << "sampling is not stuck on one token";
+  // Each filter keeps a set, not its argmax alone (top-k 20; top-p 0.3 and min-p 0.2 keep hundreds and
+  // thousands of these 50000 logits), which the lower bounds above would not see.
+  for (int f = 0; f < 3; ++f) EXPECT_GT(per_filter[f].size(), 10u) << "filter " << f << " (top-k, top-p, min-p)";
 }
 
 // Rows split over up to 16 blocks pick exactly the tokens of one block per row (integer sums, joined in

@@ -471,6 +471,8 @@ void attn_res_mix_norm(cudaStream_t stream, const __nv_bfloat16* const* candidat
                        AttnResKernel kernel) {
   KIMIRT_CUDA_REQUIRE(count >= 1 && count <= kAttnResMaxCandidates, "attn_res_mix_norm: ", count, " candidates (1..",
                       kAttnResMaxCandidates, " supported)");
+  check_norm_eps("attn_res_mix_norm", "res_eps", res_eps);
+  check_norm_eps("attn_res_mix_norm", "norm_eps", norm_eps);
   KIMIRT_CUDA_REQUIRE(hidden > 0 && hidden % 8 == 0 && hidden <= 8 * 8 * kThreads, "attn_res_mix_norm: hidden ", hidden,
                       " must be a multiple of 8 and at most ", 8 * 8 * kThreads);
   const int64_t half = (hidden / 8 + 1) / 2;  // vectors of the first block of a token's cluster

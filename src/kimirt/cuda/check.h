@@ -68,3 +68,14 @@ std::string cat(const Args&... args) {
       ::kimirt::cuda::throw_invalid_argument(::kimirt::cuda::cat(__VA_ARGS__)); \
     }                                                                           \
   } while (0)
+
+namespace kimirt::cuda {
+
+// A norm's epsilon: finite and >= 0 (a negative one gives NaN rows for any row with mean(x^2) below it, a NaN one
+// NaN everywhere), checked by every norm op, naming it.
+inline void check_norm_eps(const char* op, const char* field, float eps) {
+  KIMIRT_CUDA_REQUIRE(eps >= 0.0f && eps <= 3.4028234663852886e38f, op, ": ", field, " ", eps,
+                      " must be a finite number >= 0");
+}
+
+}  // namespace kimirt::cuda

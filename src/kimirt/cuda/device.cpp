@@ -1,6 +1,8 @@
 // Device queries through the CUDA runtime.
 #include "kimirt/cuda/device.h"
 
+#include <cuda.h>
+
 #include <fmt/format.h>
 
 #include "kimirt/base/error.h"
@@ -20,6 +22,35 @@ int device_count() {
 
 bool gpu_available() { return device_count() > 0; }
 
+namespace {
+
+// Whether making `ordinal` current again would create its primary context (cudaSetDevice does since CUDA 12): the
+// thread had it current without ever using it, as a fresh thread has device 0. False when the driver cannot tell.
+bool context_unused(int ordinal) {
+  using DeviceGet = CUresult (*)(CUdevice*, int);
+  using GetState = CUresult (*)(CUdevice, unsigned int*, int*);
+  static const auto entry = [](const char* name) -> void* {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return fn;
+  };
+  static const auto device_get = reinterpret_cast<DeviceGet>(entry("cuDeviceGet"));
+  static const auto get_state = reinterpret_cast<GetState>(entry("cuDevicePrimaryCtxGetState"));
+  if (!device_get || !get_state) return false;
+  CUdevice device{};
+  unsigned int flags = 0;
+  int active = 0;
+  return device_get(&device, ordinal) == CUDA_SUCCESS && get_state(device, &flags, &active) == CUDA_SUCCESS &&
+         active == 0;
+}
+
+}  // namespace
+
 DeviceInfo query_device(int ordinal) {
   const int n = device_count();
   KIMIRT_CHECK(ordinal >= 0 && ordinal < n, "CUDA device {} does not exist ({} device(s) visible)", ordinal, n);
@@ -36,12 +67,16 @@ DeviceInfo query_device(int ordinal) {
   info.smem_per_block_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
   info.memory_bus_bits = prop.memoryBusWidth;
   KIMIRT_CUDA_CHECK(cudaDeviceGetAttribute(&info.memory_clock_khz, cudaDevAttrMemoryClockRate, ordinal));
+  // The free memory needs the device current. The previous device is made current again only when the thread
+  // has used it: a rank's thread that asks about its GPU before making it current must not grow a context (and
+  // its hundreds of MB) on GPU 0, which another rank's arena was sized on.
   int current = 0;
   KIMIRT_CUDA_CHECK(cudaGetDevice(&current));
-  KIMIRT_CUDA_CHECK(cudaSetDevice(ordinal));
+  const bool restore = current != ordinal && !context_unused(current);
+  if (current != ordinal) KIMIRT_CUDA_CHECK(cudaSetDevice(ordinal));
   size_t free_bytes = 0, total_bytes = 0;
   const cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes);
-  KIMIRT_CUDA_CHECK(cudaSetDevice(current));
+  if (restore) KIMIRT_CUDA_CHECK(cudaSetDevice(current));
   KIMIRT_CUDA_CHECK(err);
   info.free_memory = free_bytes;
   return info;
@@ -94,7 +129,7 @@ DeviceGuard::DeviceGuard(int ordinal, std::nothrow_t) noexcept {
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (switched_) (void)cudaSetDevice(previous_);
+  if (switched_ && !context_unused(previous_)) (void)cudaSetDevice(previous_);
 }
 
 int current_device() {

@@ -3,7 +3,10 @@
 // hundreds of GEMM calls). With autotuning the first call of a shape times every candidate the heuristic
 // offers (up to GemmLtOptions::max_candidates, 3 runs each after a warm-up, on the call's own operands and
 // stream, synchronizing the host) and keeps the fastest; calls inside a graph capture or with beta = 1 keep
-// the heuristic's first choice, since timing them would be illegal or would accumulate into y.
+// the heuristic's first choice, since timing them would be illegal or would accumulate into y. A tuned choice
+// serves every m of its bucket (the next power of two) when cuBLASLt accepts it for the exact shape: tuning stops
+// the host for each candidate, and a prefill that expands a context of a new length, or a decode batch of a new
+// size, would otherwise pay that in the middle of its step, once per length.
 #include "kimirt/cuda/gemm_lt.h"
 
 #include <fmt/format.h>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "kimirt/cuda/check.h"
+#include "kimirt/cuda/device.h"
 #include "kimirt/cuda/stream.h"
 
 namespace kimirt::cuda {
@@ -39,8 +43,9 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   uint64_t workspace_needed = 0;
   int candidates = 0;     // what the heuristic offered
-  int chosen = 0;         // index of the one in use (0: the heuristic's first)
+  int chosen = 0;         // index of the one in use (0: the heuristic's first; -1: the one tuned at tuned_m)
   float tuned_us = 0.0f;  // its time when autotuned
+  int64_t tuned_m = 0;    // when the algorithm is the one tuned for another m of the same bucket: that m
   std::string what;
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -168,10 +173,32 @@ void choose_algo(Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>&
   }
 }
 
+// The m whose tuning serves `m`: m itself up to 64, else the next power of two.
+int64_t tuning_bucket(int64_t m) {
+  if (m <= 64) return m;
+  int64_t b = 64;
+  while (b < m) b *= 2;
+  return b;
+}
+
+// Whether cuBLASLt takes `algo` for the plan's exact shape within `workspace_bytes`.
+bool algo_fits(cublasLtHandle_t handle, const Plan& plan, const cublasLtMatmulAlgo_t& algo, uint64_t workspace_bytes,
+               uint64_t& workspace_needed) {
+  cublasLtMatmulHeuristicResult_t result{};
+  if (cublasLtMatmulAlgoCheck(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, &algo, &result) !=
+      CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  workspace_needed = result.workspaceSize;
+  return result.workspaceSize <= workspace_bytes;
+}
+
 }  // namespace
 
 struct LtCache {
   std::map<Key, std::unique_ptr<Plan>> plans;
+  // Per key with m replaced by its tuning bucket: the algorithm tuning chose, and for which m.
+  std::map<Key, std::pair<cublasLtMatmulAlgo_t, int64_t>> tuned;
 
   // The plan of `key`, made by build() on a miss. Inserted only once built: a build that throws (no
   // algorithm, a failed timing run) leaves no empty entry behind.
@@ -187,8 +214,15 @@ GemmLt::GemmLt(void* workspace, uint64_t workspace_bytes, GemmLtOptions options)
     : workspace_(workspace),
       workspace_bytes_(workspace ? workspace_bytes : 0),
       options_(options),
-      cache_(std::make_unique<LtCache>()) {
+      cache_(std::make_unique<LtCache>()),
+      device_(current_device()) {
   KIMIRT_CUBLAS_CHECK(cublasLtCreate(&handle_));
+}
+
+void GemmLt::check_device(const char* call) const {
+  const int now = current_device();
+  KIMIRT_CUDA_REQUIRE(now == device_, call, ": called with device ", now,
+                      " current, but this GemmLt's handle, workspace and plans are device ", device_, "'s");
 }
 
 GemmLt::~GemmLt() {
@@ -201,9 +235,11 @@ uint64_t GemmLt::cached_plans() const { return cache_->plans.size(); }
 std::string GemmLt::plans_text() const {
   std::string out;
   for (const auto& [key, plan] : cache_->plans) {
-    out += fmt::format("{}: algorithm {} of {} ({}){}, workspace {} of {} bytes\n", plan->what, plan->chosen,
-                       plan->candidates, describe_algo(plan->algo),
-                       plan->tuned_us > 0 ? fmt::format(" (autotuned, {:.1f} us)", plan->tuned_us) : std::string(),
+    const std::string which = plan->chosen >= 0 ? fmt::format("algorithm {} of {}", plan->chosen, plan->candidates)
+                                                : fmt::format("the algorithm autotuned at m={}", plan->tuned_m);
+    const std::string tuned =
+        plan->tuned_us > 0 ? fmt::format(" (autotuned, {:.1f} us)", plan->tuned_us) : std::string();
+    out += fmt::format("{}: {} ({}){}, workspace {} of {} bytes\n", plan->what, which, describe_algo(plan->algo), tuned,
                        plan->workspace_needed, workspace_bytes_);
   }
   return out;
@@ -249,6 +285,17 @@ void GemmLt::run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t s
   const Bf16Call c{x, ldx, stride_x, w, ldw, stride_w, transpose_w, y, y_type, ldy, stride_y, m, n, k, batch, beta};
   KIMIRT_CUDA_REQUIRE(m >= 0 && n > 0 && k > 0 && batch >= 1, "gemm: bad shape in ", describe_bf16(c));
   if (m == 0) return;
+  check_device("gemm");
+  // Inputs may be shared between batch entries (stride 0); outputs may not overlap, or the entries race on them:
+  // y's entries stacked (each past the last row of the one before) or side by side within y's rows (the
+  // absorption layout: entry b at columns b * stride_y ..).
+  const bool stacked = stride_y >= (m - 1) * ldy + n;
+  const bool side_by_side = stride_y >= n && (batch - 1) * stride_y + n <= ldy;
+  KIMIRT_CUDA_REQUIRE(batch == 1 || (stride_x >= 0 && stride_w >= 0 && (stacked || side_by_side)),
+                      "gemm: batch strides x ", stride_x, " w ", stride_w, " y ", stride_y,
+                      " (y's entries must not overlap: stacked, at least (m - 1) * ldy + n apart, or side by side "
+                      "within ldy) in ",
+                      describe_bf16(c));
   KIMIRT_CUDA_REQUIRE(x && w && y, "gemm: null pointer in ", describe_bf16(c));
   KIMIRT_CUDA_REQUIRE(ldx >= k, "gemm: ldx ", ldx, " < k ", k, " in ", describe_bf16(c));
   KIMIRT_CUDA_REQUIRE(ldw >= (transpose_w ? k : n), "gemm: ldw ", ldw, " too small in ", describe_bf16(c));
@@ -312,10 +359,22 @@ void GemmLt::run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t s
                       !capturing(stream);
     const float one = 1.0f, zero = 0.0f;
     Plan& pl = *plan;
+    Key bucket = key;
+    bucket[3] = tuning_bucket(m);
+    const auto tuned = cache_->tuned.find(bucket);
+    if (options_.autotune && tuned != cache_->tuned.end() &&
+        algo_fits(handle_, pl, tuned->second.first, workspace_bytes_, pl.workspace_needed)) {
+      pl.algo = tuned->second.first;
+      pl.candidates = static_cast<int>(candidates.size());
+      pl.chosen = -1;
+      pl.tuned_m = tuned->second.second;
+      return plan;
+    }
     choose_algo(pl, candidates, tune, stream, [&](const cublasLtMatmulAlgo_t& algo) {
       return cublasLtMatmul(handle_, pl.desc, &one, w, pl.a, x, pl.b, &zero, y, pl.d, y, pl.d, &algo, workspace_,
                             workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
     });
+    if (pl.tuned_us > 0) cache_->tuned[bucket] = {pl.algo, m};
     return plan;
   });
   const float alpha = 1.0f;
@@ -330,6 +389,7 @@ void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_s
   const std::string what = cat("FP8 block-scale GEMM m=", m, " n=", n, " k=", k, " ldy=", ldy);
   KIMIRT_CUDA_REQUIRE(m >= 0 && n > 0 && k > 0, "linear_fp8: bad shape in ", what);
   if (m == 0) return;
+  check_device("linear_fp8");
   KIMIRT_CUDA_REQUIRE(xq && x_scales && wq && w_scales && y, "linear_fp8: null pointer in ", what);
   KIMIRT_CUDA_REQUIRE(k % 128 == 0, "linear_fp8: k ", k, " must be a multiple of 128 (one scale per 128 inputs) in ",
                       what);

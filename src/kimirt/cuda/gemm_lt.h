@@ -75,11 +75,15 @@ class GemmLt {
                 int64_t stride_w, bool transpose_w, void* y, OutType y_type, int64_t ldy, int64_t stride_y, int64_t m,
                 int64_t n, int64_t k, int64_t batch, float beta);
 
+  // The handle, workspace and plans are the device's that was current at construction: calls check it still is.
+  void check_device(const char* call) const;
+
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   uint64_t workspace_bytes_ = 0;
   GemmLtOptions options_;
   std::unique_ptr<LtCache> cache_;
+  int device_ = 0;
 };
 
 inline int64_t fp8_pad_m(int64_t m) { return (m + 3) / 4 * 4; }

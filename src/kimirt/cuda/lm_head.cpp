@@ -21,8 +21,15 @@ void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
                     const SamplingParams* params, int32_t* ids, const ShardedSampling& tp, void* sampling_workspace,
                     uint64_t sampling_workspace_bytes) {
   const bool sharded = shard.size != shard.total;
-  // Before any launch: a refused call leaves the stream untouched.
+  // Before any launch: a refused call leaves the stream untouched, and on a vocabulary shard no rank enters the
+  // logits gather that another, refused later in sample(), would leave waiting.
   KIMIRT_CHECK(m <= 65535, "lm_head: {} rows, sample() takes at most 65535", m);
+  KIMIRT_CHECK(params && ids, "lm_head: params or ids is null");
+  KIMIRT_CHECK(shard.total <= (int64_t{1} << 30), "lm_head: a vocabulary of {}, sample() takes at most 2^30",
+               shard.total);
+  KIMIRT_CHECK(!sampling_workspace || sampling_workspace_bytes >= cuda::sampling_workspace_bytes(m),
+               "lm_head: a sampling workspace of {} bytes; {} rows need {}", sampling_workspace_bytes, m,
+               cuda::sampling_workspace_bytes(m));
   if (sharded) {
     KIMIRT_CHECK(tp.cross, "lm_head: a vocabulary shard [{}, {}) of {} needs a cross-shard step", shard.offset,
                  shard.offset + shard.size, shard.total);
@@ -52,8 +59,10 @@ void lm_head_sample(Linear& linear, cudaStream_t stream, const __nv_bfloat16* x,
 
 uint64_t CommCrossShard::arena_bytes(int ranks, const VocabShard& shard, int64_t max_rows) {
   const auto r = static_cast<uint64_t>(ranks), m = static_cast<uint64_t>(max_rows);
+  // + kArenaAlignment: the padding before the first buffer when the arena's persistent region does not end on a
+  // 256-byte boundary (an arena sized exactly would refuse the last buffer by those bytes).
   return 2 * align_up(r * m * 4, kArenaAlignment) +
-         align_up((r + 1) * m * static_cast<uint64_t>(shard.size) * 4, kArenaAlignment);
+         align_up((r + 1) * m * static_cast<uint64_t>(shard.size) * 4, kArenaAlignment) + kArenaAlignment;
 }
 
 CommCrossShard::CommCrossShard(Comm& comm, const VocabShard& shard, int64_t max_rows, DeviceArena& arena)

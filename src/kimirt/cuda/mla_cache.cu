@@ -139,6 +139,7 @@ void mla_kv_norm_append(cudaStream_t stream, const __nv_bfloat16* kv_a, int64_t 
                         float eps, const int32_t* slots, int64_t tokens, __nv_bfloat16* cache,
                         __nv_bfloat16* latent_out, int64_t ld_latent) {
   KIMIRT_CUDA_REQUIRE(tokens >= 0, "mla_kv_norm_append: token count ", tokens);
+  check_norm_eps("mla_kv_norm_append", "eps", eps);
   if (tokens == 0) return;
   KIMIRT_CUDA_REQUIRE(kv_a && w && slots && cache, "mla_kv_norm_append: null pointer");
   KIMIRT_CUDA_REQUIRE(ld_kv_a >= kMlaRow && ld_kv_a % 8 == 0, "mla_kv_norm_append: kv_a row stride ", ld_kv_a,
@@ -164,6 +165,10 @@ void mla_gather_latent(cudaStream_t stream, const __nv_bfloat16* cache, int page
   KIMIRT_CUDA_REQUIRE(
       page_size > 0 && cache && block_table && cu_out && out && detail::aligned16(cache) && detail::aligned16(out),
       "mla_gather_latent: page_size ", page_size, " or a null/unaligned pointer");
+  // Each sequence's table row holds ld_block_table pages: a row stride of 0 would give every sequence the first
+  // one's pages. (max_len only sizes the grid: the rows gathered come from cu_out, on the device.)
+  KIMIRT_CUDA_REQUIRE(ld_block_table > 0, "mla_gather_latent: ld_block_table ", ld_block_table,
+                      " (pages per sequence's table row) must be positive");
   const int rows_per_block = 8;
   const dim3 grid(static_cast<unsigned>((int64_t{max_len} + rows_per_block - 1) / rows_per_block),
                   static_cast<unsigned>(batch));

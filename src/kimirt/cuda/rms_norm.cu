@@ -210,6 +210,7 @@ void check_rows(const char* op, const void* x, int64_t ldx, const void* res, int
 
 void launch_rms(cudaStream_t stream, const bf16* x, int64_t ldx, const bf16* res, int64_t ld_res, bf16* sum,
                 int64_t ld_sum, const bf16* w, const NormOut& o, int64_t dim, float eps) {
+  check_norm_eps(res ? "add_rms_norm" : "rms_norm", "eps", eps);
   const bool fp8 = o.xq != nullptr;
   const int64_t blocks = fp8 ? o.rows_pad : o.rows;
   if (blocks == 0) return;
@@ -242,6 +243,7 @@ template <typename InT>
 void launch_gated(cudaStream_t stream, const InT* x, int64_t ldx, const bf16* gate, int64_t ld_gate, const float* w,
                   bf16* out, int64_t ld_out, int64_t rows, int64_t heads, int64_t head_dim, float eps) {
   KIMIRT_CUDA_REQUIRE(rows >= 0 && heads > 0, "rms_norm_gated: rows ", rows, ", heads ", heads);
+  check_norm_eps("rms_norm_gated", "eps", eps);
   KIMIRT_CUDA_REQUIRE(head_dim == 128 || head_dim == 256 || head_dim == 512, "rms_norm_gated: head_dim ", head_dim,
                       " must be 128, 256 or 512");
   const int64_t width = heads * head_dim;
