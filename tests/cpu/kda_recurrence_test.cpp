@@ -163,6 +163,25 @@ TEST(CpuKdaRecurrence, StrongUnboundedDecayStaysFinite) {
   EXPECT_LE(rel_error(o, o2), 1e-5);
 }
 
+// A −∞ log-decay (a Kimi Linear gate whose exp(A_log) overflows) zeroes the state in both forms: the chunked one
+// gave NaN everywhere (exp(Γ_i − Γ_i) = exp(−∞ + ∞)). A huge decay then small ones: the chunked form's
+// exp(Γ_i − Γ_j) had lost 4.6e-4 relative to the cancellation of float Γs near −3000.
+TEST(CpuKdaRecurrence, ChunkedMatchesRecurrentAfterAnInfiniteOrHugeDecay) {
+  const int64_t T = 70, dim = 8;
+  for (const float first : {-INFINITY, -3000.0f}) {
+    Inputs in(T, 1, dim, std::nullopt, 90);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t d = 0; d < dim; ++d) in.g[t * dim + d] = t == 0 ? first : -0.02f;
+    }
+    std::vector<float> S = random_normal(dim * dim, 9, 0.5f), S2 = S, o(T * dim), o2(T * dim);
+    kda_chunked(in.seq(), S.data(), o.data());
+    kda_recurrent(in.seq(), S2.data(), o2.data());
+    for (float x : o) ASSERT_TRUE(std::isfinite(x)) << first;
+    EXPECT_LE(rel_error(o, o2), 1e-5) << first;
+    EXPECT_LE(rel_error(S, S2), 1e-5) << first;
+  }
+}
+
 TEST(CpuKdaGate, BothGateKindsMatchFormulas) {
   const std::vector<float> f = {0.3f, -2.0f, 1.0f, 4.0f};  // 1 token, 2 heads, head_dim 2
   const std::vector<float> a_log = {std::log(2.0f), std::log(8.0f)};

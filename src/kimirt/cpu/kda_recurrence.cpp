@@ -10,6 +10,9 @@
 namespace kimirt::cpu {
 namespace {
 
+// exp(−104) is already 0 in float: any log-decay at or below this one gives a decay of exactly 0.
+constexpr float kMinLogDecay = -128.0f;
+
 void check_sequence(const KdaSequence& s) {
   KIMIRT_CHECK(s.tokens >= 0 && s.heads > 0 && s.head_dim > 0,
                "KDA: tokens ({}) must not be negative, heads ({}) and head_dim ({}) must be positive", s.tokens,
@@ -51,8 +54,10 @@ void recurrent_head(const KdaSequence& s, int64_t h, float* S, float* out) {
 void chunked_head(const KdaSequence& s, int64_t h, float* S, float* out, int64_t chunk) {
   const int64_t n = s.head_dim;
   const auto cn = static_cast<size_t>(chunk * n);
-  std::vector<float> cum(cn);  // Γ [L, K]
-  std::vector<float> u(cn);    // new values [L, V]
+  // Γ [L, K], in double: decays are taken as exp(Γ_i − Γ_j), and in float a large |Γ| (a gate of −3000 at a
+  // chunk's start) leaves that difference good to an ulp of |Γ| only (4.6e-4 relative off the recurrence).
+  std::vector<double> cum(cn);
+  std::vector<float> u(cn);  // new values [L, V]
   std::vector<float> A(static_cast<size_t>(chunk * chunk));
   std::vector<float> QK(A.size());
   std::vector<float> tmp(static_cast<size_t>(n));
@@ -66,8 +71,14 @@ void chunked_head(const KdaSequence& s, int64_t h, float* S, float* out, int64_t
 
     for (int64_t i = 0; i < L; ++i) {
       const float* g = s.g + at(s, t0 + i, h);
-      for (int64_t d = 0; d < n; ++d) cum[i * n + d] = (i > 0 ? cum[(i - 1) * n + d] : 0.0f) + g[d];
+      // A log-decay at or below kMinLogDecay decays to exactly 0 in float, as in the recurrence; held there, so
+      // that a −∞ one (an overflowing Kimi Linear gate) does not make exp(Γ_i − Γ_i) = exp(−∞ + ∞) NaN.
+      for (int64_t d = 0; d < n; ++d) {
+        cum[i * n + d] = (i > 0 ? cum[(i - 1) * n + d] : 0.0) + std::max(g[d], kMinLogDecay);
+      }
     }
+    // exp of a (non-positive) difference of Γs, in float as everywhere else.
+    const auto decay = [](double log_decay) { return std::exp(static_cast<float>(log_decay)); };
 
     // Decay-weighted key products of the chunk: A (strictly lower) and the q·k scores (lower, diagonal in).
     for (int64_t i = 0; i < L; ++i) {
@@ -75,7 +86,7 @@ void chunked_head(const KdaSequence& s, int64_t h, float* S, float* out, int64_t
         float kk = 0.0f;
         float qk = 0.0f;
         for (int64_t d = 0; d < n; ++d) {
-          const float w = k(j)[d] * std::exp(cum[i * n + d] - cum[j * n + d]);
+          const float w = k(j)[d] * decay(cum[i * n + d] - cum[j * n + d]);
           kk += k(i)[d] * w;
           qk += q(i)[d] * w;
         }
@@ -90,7 +101,7 @@ void chunked_head(const KdaSequence& s, int64_t h, float* S, float* out, int64_t
       float* ui = u.data() + i * n;
       std::copy(v(i), v(i) + n, ui);
       for (int64_t d = 0; d < n; ++d) {
-        const float kd = k(i)[d] * std::exp(cum[i * n + d]);
+        const float kd = k(i)[d] * decay(cum[i * n + d]);
         for (int64_t e = 0; e < n; ++e) ui[e] -= S[d * n + e] * kd;
       }
       for (int64_t e = 0; e < n; ++e) ui[e] *= beta(i);
@@ -106,7 +117,7 @@ void chunked_head(const KdaSequence& s, int64_t h, float* S, float* out, int64_t
       float* o = out + at(s, t0 + i, h);
       std::fill(o, o + n, 0.0f);
       for (int64_t d = 0; d < n; ++d) {
-        const float qd = q(i)[d] * std::exp(cum[i * n + d]);
+        const float qd = q(i)[d] * decay(cum[i * n + d]);
         for (int64_t e = 0; e < n; ++e) o[e] += S[d * n + e] * qd;
       }
       for (int64_t j = 0; j <= i; ++j) {
@@ -117,13 +128,13 @@ void chunked_head(const KdaSequence& s, int64_t h, float* S, float* out, int64_t
     }
 
     // S ← Diag(exp Γ_last) S + Σ_j (k_j ⊙ exp(Γ_last − Γ_j)) u_jᵀ
-    const float* last = cum.data() + (L - 1) * n;
+    const double* last = cum.data() + (L - 1) * n;
     for (int64_t d = 0; d < n; ++d) {
-      const float state_decay = std::exp(last[d]);
+      const float state_decay = decay(last[d]);
       for (int64_t e = 0; e < n; ++e) S[d * n + e] *= state_decay;
     }
     for (int64_t j = 0; j < L; ++j) {
-      for (int64_t d = 0; d < n; ++d) tmp[d] = k(j)[d] * std::exp(last[d] - cum[j * n + d]);
+      for (int64_t d = 0; d < n; ++d) tmp[d] = k(j)[d] * decay(last[d] - cum[j * n + d]);
       const float* uj = u.data() + j * n;
       for (int64_t d = 0; d < n; ++d) {
         for (int64_t e = 0; e < n; ++e) S[d * n + e] += tmp[d] * uj[e];

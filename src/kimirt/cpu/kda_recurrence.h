@@ -37,7 +37,8 @@ void kda_recurrent(const KdaSequence& seq, float* state, float* out);
 //   u_i     = β_i (v_i − Sᵀ(k_i ⊙ exp Γ_i)) − Σ_{j<i} A[i, j] u_j  (forward substitution: u = (I + A)⁻¹ rhs)
 //   o_i     = Sᵀ(q_i ⊙ exp Γ_i) + Σ_{j≤i} (Σ_d q_i[d] k_j[d] exp(Γ_i[d] − Γ_j[d])) u_j
 //   S      ← Diag(exp Γ_last) S + Σ_j (k_j ⊙ exp(Γ_last − Γ_j)) u_jᵀ
-// Every exponent is ≤ 0, so the unbounded Kimi Linear gate cannot overflow.
+// Every exponent is ≤ 0, so the unbounded Kimi Linear gate cannot overflow; log-decays below −128 (−∞ included)
+// count as −128, whose decay is 0 in float as theirs is; the cumulative log-decays are summed in double.
 void kda_chunked(const KdaSequence& seq, float* state, float* out, int64_t chunk_size = 64);
 
 }  // namespace kimirt::cpu
