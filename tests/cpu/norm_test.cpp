@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kimirt/base/error.h"
 #include "test_util.h"
 
 namespace kimirt::cpu {
@@ -66,6 +67,20 @@ TEST(CpuNorm, L2NormalizeHandCase) {
   l2_normalize(x.data(), y.data(), 2, 2, 1e-6f);
   EXPECT_EQ(y[2], 0.0f);
   EXPECT_NEAR(y[0], 3.0 / std::sqrt(25.0 + 1e-6), 1e-7);
+}
+
+// An eps that is negative or not a number makes rows with mean(x^2) below it NaN: refused, naming the op.
+TEST(CpuNorm, NegativeOrNonFiniteEpsIsRefused) {
+  const std::vector<float> x(8, 0.5f), w(8, 1.0f);
+  std::vector<float> out(8);
+  for (const float eps : {-1.0f, std::nanf(""), INFINITY}) {
+    EXPECT_THROW(rms_norm(x.data(), w.data(), out.data(), 1, 8, eps), Error) << eps;
+    EXPECT_THROW(rms_normalize(x.data(), out.data(), 1, 8, eps), Error) << eps;
+    EXPECT_THROW(rms_norm_gated(x.data(), x.data(), w.data(), out.data(), 1, 2, 4, eps), Error) << eps;
+    EXPECT_THROW(l2_normalize(x.data(), out.data(), 1, 8, eps, 1.0f), Error) << eps;
+  }
+  rms_norm(x.data(), w.data(), out.data(), 1, 8, 0.0f);  // 0 is taken (the configs refuse it; direct callers may)
+  EXPECT_FLOAT_EQ(out[0], 1.0f);
 }
 
 }  // namespace

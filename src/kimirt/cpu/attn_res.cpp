@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kimirt/base/error.h"
+#include "kimirt/cpu/norm.h"
 
 namespace kimirt::cpu {
 
@@ -12,6 +13,7 @@ void attn_res_mix(std::span<const float* const> candidates, int64_t tokens, int6
                   float eps, float* out) {
   KIMIRT_CHECK(!candidates.empty(), "AttnRes: no candidates to mix");
   KIMIRT_CHECK(w.norm && w.proj, "AttnRes: res_norm.weight and res_proj.weight are required");
+  check_norm_eps("AttnRes", eps);
   const auto n = candidates.size();
   std::vector<float> u(static_cast<size_t>(hidden));
   for (int64_t i = 0; i < hidden; ++i) u[i] = w.norm[i] * w.proj[i];

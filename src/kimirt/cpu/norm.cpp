@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kimirt/base/error.h"
 #include "kimirt/cpu/activation.h"
 
 namespace kimirt::cpu {
@@ -20,7 +21,14 @@ float inverse_rms(const float* x, int64_t n, float eps) {
 
 }  // namespace
 
+void check_norm_eps(const char* op, float eps) {
+  KIMIRT_CHECK(std::isfinite(eps) && eps >= 0.0f,
+               "{}: eps {} must be a finite number >= 0 (rows with mean(x^2) below a negative one would be NaN)", op,
+               eps);
+}
+
 void rms_norm(const float* x, const float* w, float* out, int64_t rows, int64_t dim, float eps) {
+  check_norm_eps("rms_norm", eps);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float* o = out + r * dim;
@@ -30,6 +38,7 @@ void rms_norm(const float* x, const float* w, float* out, int64_t rows, int64_t 
 }
 
 void rms_normalize(const float* x, float* out, int64_t rows, int64_t dim, float eps) {
+  check_norm_eps("rms_normalize", eps);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float* o = out + r * dim;
@@ -40,6 +49,7 @@ void rms_normalize(const float* x, float* out, int64_t rows, int64_t dim, float 
 
 void rms_norm_gated(const float* x, const float* gate, const float* w, float* out, int64_t rows, int64_t heads,
                     int64_t head_dim, float eps) {
+  check_norm_eps("rms_norm_gated", eps);
   for (int64_t r = 0; r < rows * heads; ++r) {
     const float* xr = x + r * head_dim;
     const float* gr = gate + r * head_dim;
@@ -50,6 +60,7 @@ void rms_norm_gated(const float* x, const float* gate, const float* w, float* ou
 }
 
 void l2_normalize(const float* x, float* out, int64_t rows, int64_t dim, float eps, float scale) {
+  check_norm_eps("l2_normalize", eps);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float* o = out + r * dim;

@@ -22,4 +22,7 @@ void rms_norm_gated(const float* x, const float* gate, const float* w, float* ou
 // q and k), then times `scale`. x and out [rows, dim] (out may equal x).
 void l2_normalize(const float* x, float* out, int64_t rows, int64_t dim, float eps, float scale = 1.0f);
 
+// Refuses an eps that is negative or not finite, naming `op`: every norm here takes eps inside the root.
+void check_norm_eps(const char* op, float eps);
+
 }  // namespace kimirt::cpu
