@@ -197,8 +197,12 @@ TEST(CpuMla, AutoPathAtK3Dims) {
   EXPECT_FALSE(mla_prefers_absorbed(d, 0, 4096));
   EXPECT_TRUE(mla_prefers_absorbed(d, 32768, 2));
   EXPECT_TRUE(mla_prefers_absorbed(d, 32768, 160));
-  EXPECT_FALSE(mla_prefers_absorbed(d, 32768, 200));
-  EXPECT_FALSE(mla_prefers_absorbed(d, 32768, 4096));
+  // Past 1 GiB of expanded rows (96 heads x 256 floats = 96 KiB a row: 10922 rows) the absorbed form, whatever
+  // the multiply-adds: a 512-token chunk after 32k positions had expanded 3.2 GB, after 1M 103 GB.
+  EXPECT_FALSE(mla_prefers_absorbed(d, 8192, 512));
+  EXPECT_TRUE(mla_prefers_absorbed(d, 32768, 512));
+  EXPECT_TRUE(mla_prefers_absorbed(d, 0, 16384));     // even a first prefill that long
+  EXPECT_TRUE(mla_prefers_absorbed(d, 32768, 4096));  // fewer multiply-adds expanded, but 3.5 GB
   EXPECT_TRUE(mla_prefers_absorbed(d, 1 << 20, 100));
 }
 

@@ -169,7 +169,11 @@ bool mla_prefers_absorbed(const MlaDims& d, int64_t ctx, int64_t tokens) {
   const double pairs = t * static_cast<double>(ctx) + t * (t + 1.0) / 2.0;
   const double expanded = n * (dn + dv) * r + pairs * (dn + dr + dv);
   const double absorbed = t * (dn + dv) * r + pairs * (2.0 * r + dr);
-  return absorbed < expanded;
+  // And when the expanded rows would not fit kMlaMaxExpandedBytes: every prefill chunk re-expands the whole
+  // context (12.9 GB per call at K3's 96 heads and 131072 positions, 103 GB at 1M), where absorbing costs about
+  // twice the multiply-adds and no more memory than the latent rows.
+  const double expanded_bytes = n * static_cast<double>(d.num_heads) * (dn + dv) * sizeof(float);
+  return absorbed < expanded || expanded_bytes > static_cast<double>(kMlaMaxExpandedBytes);
 }
 
 void mla_forward(const MlaDims& d, const MlaWeights& w, const float* x, int64_t tokens, const float* cached,

@@ -48,7 +48,9 @@ enum class MlaPath {
 // one token (decode), otherwise when it does fewer multiply-adds. The expanded form pays for expanding every
 // cached row through kv_b (and holds all of them, [ctx + tokens, heads, d_nope + d_v] floats), the absorbed
 // one for scoring and summing on the wider latent: a short continuation of a long context (a chat turn, a
-// chunk of a prefill) is absorbed, a first prefill expanded.
+// chunk of a prefill) is absorbed, a first prefill expanded. Also whenever the expanded rows would take more than
+// kMlaMaxExpandedBytes.
+inline constexpr uint64_t kMlaMaxExpandedBytes = uint64_t{1} << 30;
 bool mla_prefers_absorbed(const MlaDims& dims, int64_t ctx, int64_t tokens);
 
 // out[tokens, H] = MLA(x[tokens, H]) for the normed layer input x of one sequence whose earlier `ctx`
