@@ -10,8 +10,8 @@ namespace kimirt {
 
 bool ProgressBar::stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 
-ProgressBar::ProgressBar(std::string label, uint64_t total_bytes, bool enabled)
-    : label_(std::move(label)), total_(total_bytes), enabled_(enabled) {}
+ProgressBar::ProgressBar(std::string label, uint64_t total, bool enabled, std::string unit)
+    : label_(std::move(label)), total_(total), unit_(std::move(unit)), enabled_(enabled) {}
 
 ProgressBar::~ProgressBar() { finish(); }
 
@@ -34,14 +34,16 @@ void ProgressBar::draw(bool final) {
   last_draw_ = now;
   const uint64_t done = done_.load();
   const double fraction = total_ ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;
-  const double gbps = now > 0 ? static_cast<double>(done) / now / 1e9 : 0.0;
-  const double eta = (gbps > 0 && total_ > done) ? static_cast<double>(total_ - done) / (gbps * 1e9) : 0.0;
+  const double rate = now > 0 ? static_cast<double>(done) / now : 0.0;  // per second
+  const double eta = (rate > 0 && total_ > done) ? static_cast<double>(total_ - done) / rate : 0.0;
   constexpr int kWidth = 30;
   const int filled = static_cast<int>(fraction * kWidth);
   std::string bar(static_cast<size_t>(filled), '#');
   bar.resize(kWidth, '.');
-  std::string line = fmt::format("\r{} [{}] {:5.1f}% {} / {}  {:.2f} GB/s  ETA {:.0f}s ", label_, bar,
-                                 fraction * 100.0, format_bytes(done), format_bytes(total_), gbps, eta);
+  const std::string amounts =
+      unit_.empty() ? fmt::format("{} / {}  {:.2f} GB/s", format_bytes(done), format_bytes(total_), rate / 1e9)
+                    : fmt::format("{} / {} {}  {:.1f} {}/s", done, total_, unit_, rate, unit_);
+  std::string line = fmt::format("\r{} [{}] {:5.1f}% {}  ETA {:.0f}s ", label_, bar, fraction * 100.0, amounts, eta);
   std::fputs(line.c_str(), stderr);
   if (final) {
     std::fputc('\n', stderr);

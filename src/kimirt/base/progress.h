@@ -1,5 +1,6 @@
-// A one-line progress bar (bytes done, GB/s, ETA) drawn on stderr only when stderr is a terminal;
-// quiet otherwise so that logs and CI output stay clean. Thread-safe: loader threads call add().
+// A one-line progress bar (bytes done, GB/s, ETA; or a count of `unit`s and their rate) drawn on stderr only when
+// stderr is a terminal; quiet otherwise so that logs and CI output stay clean. Thread-safe: loader threads call
+// add().
 #pragma once
 
 #include <atomic>
@@ -13,7 +14,8 @@ namespace kimirt {
 
 class ProgressBar {
  public:
-  ProgressBar(std::string label, uint64_t total_bytes, bool enabled = stderr_is_terminal());
+  // `unit` empty: `total` and add() count bytes; else things of that name ("tokens").
+  ProgressBar(std::string label, uint64_t total, bool enabled = stderr_is_terminal(), std::string unit = {});
   ~ProgressBar();
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
@@ -30,6 +32,7 @@ class ProgressBar {
 
   std::string label_;
   uint64_t total_;
+  std::string unit_;
   bool enabled_;
   bool finished_ = false;
   std::atomic<uint64_t> done_{0};

@@ -23,6 +23,7 @@
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/log.h"
+#include "kimirt/base/progress.h"
 #include "kimirt/base/thread_pool.h"
 #include "kimirt/base/timer.h"
 #include "kimirt/cli/command.h"
@@ -126,12 +127,23 @@ void run_rank(const RankInputs& in, Comm& comm) {
   std::vector<float> prompt_logits, step_logits;
   runtime::FinishReason reason = runtime::FinishReason::kNone;
   std::string error;
+  // A prompt of several prefill chunks can run for minutes on the CPU before its first token: a bar (on a terminal
+  // only) counts its tokens through the model, and is closed before the first token prints.
+  std::optional<ProgressBar> prefill_bar;
+  const auto prompt_tokens = static_cast<int64_t>(in.request.prompt.size());
+  if (printer && prompt_tokens > o.prefill_chunk && ProgressBar::stderr_is_terminal()) {
+    prefill_bar.emplace("prefill", prompt_tokens, true, "tokens");
+  }
   runtime::ParallelEngine engine(*backend, comm, engine_config, [&](const runtime::TokenEvent& e) {
     if (e.finished) {
       reason = e.reason;
       error = e.error;
     }
     if (!printer) return;
+    if (prefill_bar) {
+      prefill_bar->add(static_cast<uint64_t>(prompt_tokens) - prefill_bar->done());
+      prefill_bar.reset();  // draws its last state and a newline
+    }
     if (e.token >= 0) {
       if (as_text) {
         std::fwrite(e.text.data(), 1, e.text.size(), stdout);
@@ -148,7 +160,13 @@ void run_rank(const RankInputs& in, Comm& comm) {
   });
   const bool runs_request = printer || !in.parallel.attention_dp;
   if (runs_request) engine.engine().submit(in.request);
-  engine.run_until_idle();
+  while (engine.step()) {
+    if (prefill_bar) {
+      const auto done = static_cast<uint64_t>(std::min(engine.engine().stats().prompt_tokens, prompt_tokens));
+      if (done > prefill_bar->done()) prefill_bar->add(done - prefill_bar->done());
+    }
+  }
+  prefill_bar.reset();
   KIMIRT_CHECK(reason != runtime::FinishReason::kError, "generation failed: {}", error);
   if (!printer) return;
   std::printf("\n");
