@@ -9,10 +9,13 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/run_command.h"
+#include "kimirt/io/safetensors_writer.h"
+#include "kimirt/tensor/dtype.h"
 
 namespace {
 
@@ -225,6 +228,25 @@ TEST(Inspect, CheckValuesNamesNonFiniteTensors) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   // Without the flag the values are not read: the structure is still right.
   EXPECT_EQ(run_kimirt("inspect " + dir.string()).exit_code, 0);
+  fs::remove_all(dir);
+}
+
+// A tensor name that carries terminal control sequences (here: set the window title, clear the screen) is shown
+// escaped, not sent to the terminal; the JSON output escapes it as JSON does.
+TEST(Inspect, ControlCharactersInNamesAreEscaped) {
+  const auto dir = copy_of("k3-tiny", "control");
+  const std::string name = "evil\x1b]0;owned\x07\x1b[2Jname";
+  kimirt::io::SafetensorsWriter writer;
+  const std::vector<uint8_t> bytes(4, 0);
+  writer.add(name, kimirt::DType::kF32, {1}, bytes);
+  writer.write(dir / "extra.safetensors");
+  auto index = nlohmann::json::parse(std::ifstream(dir / "model.safetensors.index.json"));
+  index["weight_map"][name] = "extra.safetensors";
+  std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+  const auto r = run_kimirt("inspect " + dir.string());
+  EXPECT_NE(r.output.find("unexpected tensor evil\\x1b]0;owned\\x07\\x1b[2Jname"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << "a raw escape reached the output";
+  EXPECT_EQ(r.output.find('\x07'), std::string::npos) << "a raw bell reached the output";
   fs::remove_all(dir);
 }
 

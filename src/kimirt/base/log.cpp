@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/printable.h"
 
 namespace kimirt::log {
 namespace {
@@ -43,9 +44,9 @@ Level parse_level(std::string_view name) {
 void write(Level l, std::string_view message) {
   static std::mutex mutex;
   static constexpr const char* kNames[] = {"debug", "info", "warn", "error", "off"};
+  const std::string shown = printable(message);  // names read from files, escaped
   std::lock_guard<std::mutex> lock(mutex);
-  std::fprintf(stderr, "[kimirt %s] %.*s\n", kNames[static_cast<int>(l)], static_cast<int>(message.size()),
-               message.data());
+  std::fprintf(stderr, "[kimirt %s] %s\n", kNames[static_cast<int>(l)], shown.c_str());
 }
 
 }  // namespace kimirt::log

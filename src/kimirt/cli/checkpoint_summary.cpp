@@ -6,6 +6,7 @@
 #include <map>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/printable.h"
 #include "kimirt/base/progress.h"
 #include "kimirt/cli/model_files.h"
 #include "kimirt/io/checkpoint.h"
@@ -282,8 +283,9 @@ std::string CheckpointSummary::to_text() const {
                                          values->nonfinite.size(), values->invalid_scales.size()),
                        values->skipped);
   }
-  for (const auto& w : warnings) out += "  warning: " + w + "\n";
-  for (const auto& e : errors) out += "  error: " + e + "\n";
+  // Each line as printable() shows it: the names in them come from the files.
+  for (const auto& w : warnings) out += "  warning: " + printable(w) + "\n";
+  for (const auto& e : errors) out += "  error: " + printable(e) + "\n";
   out += ok() ? "  ok\n" : fmt::format("  INVALID: {} problem(s)\n", errors.size());
   return out;
 }

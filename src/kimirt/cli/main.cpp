@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "kimirt/base/error.h"
+#include "kimirt/base/printable.h"
 #include "kimirt/cli/command.h"
 
 namespace kimirt::cli {
@@ -67,10 +68,11 @@ int main(int argc, char** argv) {
     // 115), the usual 2 of a usage error, and the message prefixed as every other error of kimirt's is.
     rc = app.exit(e) == 0 ? 0 : kUsageError;
   } catch (const kimirt::Error& e) {
-    std::fprintf(stderr, "kimirt: error: %s\n", e.what());
+    // Messages carry names read from files: shown with their control characters escaped (kimirt/base/printable.h).
+    std::fprintf(stderr, "kimirt: error: %s\n", kimirt::printable(e.what()).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "kimirt: error: %s\n", e.what());
+    std::fprintf(stderr, "kimirt: error: %s\n", kimirt::printable(e.what()).c_str());
     return 1;
   }
   // Output that could not be written (a full disk, a closed descriptor) is an error, not a silent success. The
