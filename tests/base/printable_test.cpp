@@ -19,6 +19,9 @@ TEST(Printable, ControlCharactersAreEscapedAndLengthIsCapped) {
   EXPECT_EQ(printable("abcdefgh中中", 10), "abcdefgh... (6 more bytes)");
   EXPECT_EQ(printable(std::string(20, 'x'), 10), "xxxxxxxxxx... (10 more bytes)");
   EXPECT_EQ(printable("short", 10), "short");
+  // A cut after an escape followed by a lone continuation byte (invalid UTF-8) keeps the escape.
+  EXPECT_EQ(printable("\x01\x80xyz", 4), "\\x01... (4 more bytes)");
+  EXPECT_EQ(printable("\x01中", 5), "\\x01... (3 more bytes)");
 }
 
 }  // namespace

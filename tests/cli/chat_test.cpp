@@ -274,19 +274,21 @@ TEST(Chat, StopsThatCouldNeverFireAndEmptyRepliesAreRefusedBeforeTheLoad) {
 }
 
 // Ctrl-C while a reply streams ends that reply, not the session (it killed the process, the conversation lost):
-// the next line is read and /quit ends with exit code 0. Greedy, so the reply is the same every run, and long: the
-// signal comes once 600 bytes of it are out, well before -n.
+// the next line is read and /quit ends with exit code 0. (A job the shell starts in the background has SIGINT
+// ignored, which chat keeps: env --default-signal gives it the terminal's.) Greedy, so the reply is the same every run,
+// and long: the signal comes once 600 bytes of it are out, well before -n.
 TEST(Chat, InterruptEndsTheReplyNotTheSession) {
   const TinyK3 model("kimirt-chat-interrupt-test");
   ASSERT_EQ(model.made().exit_code, 0) << model.made().output;
   const std::string d = model.dir().string();  // its fifo and output beside it: d.in, d.out
   fs::remove(d + ".in");
-  const auto r = run_shell(
-      "mkfifo " + d + ".in && (" + kKimirt + " chat -m " + d + " -n 8000 --temperature 0 --threads 1 < " + d +
-      ".in > " + d + ".out 2>&1 & pid=$!; exec 3>" + d + ".in; echo hi >&3; for i in $(seq 400); do [ $(wc -c < " + d +
-      ".out) -gt 600 ] && break; sleep 0.05; done; kill -INT $pid; sleep 0.3; echo /quit >&3; "
-      "wait $pid; echo \"exit $?\"); cat " +
-      d + ".out");
+  const auto r =
+      run_shell("mkfifo " + d + ".in && (env --default-signal=INT " + kKimirt + " chat -m " + d +
+                " -n 8000 --temperature 0 --threads 1 < " + d + ".in > " + d + ".out 2>&1 & pid=$!; exec 3>" + d +
+                ".in; echo hi >&3; for i in $(seq 400); do [ $(wc -c < " + d +
+                ".out) -gt 600 ] && break; sleep 0.05; done; kill -INT $pid; sleep 0.3; echo /quit >&3; "
+                "wait $pid; echo \"exit $?\"); cat " +
+                d + ".out");
   EXPECT_NE(r.output.find("exit 0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(reply interrupted)\n> "), std::string::npos) << r.output;
   fs::remove(d + ".in");

@@ -488,7 +488,7 @@ TEST_F(EngineTest, TextAndStopStringsWithATokenizer) {
 }
 
 // Special tokens decode to no text: a stop string that is one becomes a stop on its id, one that holds one among
-// other text is refused (both used to be taken and could never match, the request running on to max_tokens).
+// other text is refused (both used to be taken; the token itself never matched, the request running on to max_tokens).
 TEST_F(EngineTest, StopStringsOfSpecialTokensStopOnTheirIdsOrAreRefused) {
   const auto tokenizer = text::Tokenizer::load(testing::testdata("tokenizer"));
   const int32_t eos = tokenizer.special_id("[EOS]"), sep = tokenizer.special_id("<|sep|>");

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include "common/error_of.h"
@@ -165,6 +166,13 @@ TEST(RankGroup, DefaultThreadsShareTheHostBetweenTheProcessesMpirunStartedThere)
   // More processes than CPUs, or nothing known: still one thread each.
   EXPECT_EQ(threads_per_process(64, 64, 200), 1u);
   EXPECT_EQ(threads_per_process(0, 0, 0), 1u);
+  // In a container of 8 CPUs on a 64-CPU host, 4 unbound ranks: 2 each (the host's count gave them 8 each).
+  EXPECT_EQ(threads_per_process(8, 8, 4), 2u);
+  EXPECT_EQ(count_cpu_list("0-3,8,10-11"), 7u);
+  EXPECT_EQ(count_cpu_list("5"), 1u);
+  EXPECT_EQ(count_cpu_list(""), 0u);
+  EXPECT_EQ(count_cpu_list("3-1"), 0u);
+  EXPECT_EQ(count_cpu_list("0-x"), 0u);
 }
 
 TEST(RankGroup, DefaultThreadsUnderAFakeLaunchOfFourProcessesOnThisHost) {
@@ -174,8 +182,14 @@ TEST(RankGroup, DefaultThreadsUnderAFakeLaunchOfFourProcessesOnThisHost) {
   EXPECT_TRUE(default_threads_note().empty());
   FakeMpiLaunch launch(4, 0);
   setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
-  const size_t online = static_cast<size_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-  EXPECT_EQ(default_threads(), std::max<size_t>(1, std::min(alone, online / 4)));
+  // Against the cpuset when the kernel shows one (every test machine of ours is a container), else the online CPUs.
+  size_t shared = static_cast<size_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  for (const char* path : {"/sys/fs/cgroup/cpuset/cpuset.effective_cpus", "/sys/fs/cgroup/cpuset.cpus.effective"}) {
+    std::ifstream f(path);  // the code reads v2 first, then v1: here v1 first, and the last one found wins
+    std::string list;
+    if (f && std::getline(f, list) && count_cpu_list(list) > 0) shared = count_cpu_list(list);
+  }
+  EXPECT_EQ(default_threads(), std::max<size_t>(1, std::min(alone, shared / 4)));
   unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
 }
 

@@ -1,5 +1,7 @@
 #include "kimirt/base/delayed_report.h"
 
+#include "kimirt/base/printable.h"
+
 #include <cstdio>
 #include <utility>
 
@@ -7,7 +9,7 @@ namespace kimirt {
 namespace {
 
 void print_to_stderr(const std::string& message) {
-  std::fprintf(stderr, "kimirt: error: %s\n", message.c_str());
+  std::fprintf(stderr, "kimirt: error: %s\n", printable(message).c_str());
   std::fflush(stderr);
 }
 

@@ -255,7 +255,7 @@ std::string CheckpointSummary::to_text() const {
   if (!shards.empty()) {
     out += fmt::format("  shards      {} files, {} tensors, {}\n", shards.size(), tensors, format_bytes(tensor_bytes));
     for (const auto& sh : shards) {
-      out += fmt::format("    {}  {} tensors  {}\n", sh.file, sh.tensors, format_bytes(sh.bytes));
+      out += fmt::format("    {}  {} tensors  {}\n", printable(sh.file), sh.tensors, format_bytes(sh.bytes));
     }
   }
   if (!bytes_per_dtype.empty()) {

@@ -48,13 +48,12 @@ std::atomic<bool> g_replying{false};
 std::atomic<bool> g_interrupted{false};
 
 extern "C" void on_interrupt(int) {
-  if (!g_replying.load()) {
-    // At the prompt: what Ctrl-C does to any program.
+  // At the prompt, or a second Ctrl-C before the first has ended the reply (a long prefill step runs on until the
+  // step ends): what Ctrl-C does to any program.
+  if (!g_replying.load() || g_interrupted.exchange(true)) {
     ::signal(SIGINT, SIG_DFL);
     ::raise(SIGINT);
-    return;
   }
-  g_interrupted.store(true);
 }
 
 // For the session: Ctrl-C ends a reply instead of the process. SA_RESTART: a write to the terminal that the signal
@@ -62,11 +61,13 @@ extern "C" void on_interrupt(int) {
 class InterruptsEndReplies {
  public:
   InterruptsEndReplies() {
+    // A SIGINT the parent set to be ignored (nohup, a job started in the background by a script) stays ignored.
+    if (::sigaction(SIGINT, nullptr, &previous_) != 0 || previous_.sa_handler == SIG_IGN) return;
     struct sigaction sa {};
     sa.sa_handler = on_interrupt;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    installed_ = ::sigaction(SIGINT, &sa, &previous_) == 0;
+    installed_ = ::sigaction(SIGINT, &sa, nullptr) == 0;
   }
   ~InterruptsEndReplies() {
     if (installed_) ::sigaction(SIGINT, &previous_, nullptr);
@@ -247,8 +248,7 @@ void chat(const ChatOptions& o) {
       continue;
     }
     request.sampling = sampling;
-    if (runtime::cache_positions_needed(static_cast<int64_t>(request.prompt.size()), o.sampling.max_tokens) >
-        o.max_context) {
+    if (!fits_a_turn(request.prompt.size())) {
       std::printf("(the conversation no longer fits in %lld tokens: /reset)\n", static_cast<long long>(o.max_context));
       history.pop_back();
       continue;
@@ -286,7 +286,12 @@ void chat(const ChatOptions& o) {
     // shown, not the text that the tokens completing the stop string carry past it.
     const bool stop_string = reason == runtime::FinishReason::kStop && !reply_ids.empty() &&
                              std::find(ending.begin(), ending.end(), reply_ids.back()) == ending.end();
-    // An interrupted reply, the same: what was shown.
+    // An interrupted reply, the same: what was shown; one interrupted before its first token leaves no turn (the
+    // line it answered is dropped with it).
+    if (reason == runtime::FinishReason::kCancelled && reply_ids.empty()) {
+      history.pop_back();
+      continue;
+    }
     const bool cut = stop_string || reason == runtime::FinishReason::kCancelled;
     history.push_back(chat_template.parse_reply(*tokenizer, reply_ids, o.thinking, ending,
                                                 cut ? std::optional<std::string_view>(shown) : std::nullopt));

@@ -141,7 +141,8 @@ void run_rank(const RankInputs& in, Comm& comm) {
     }
     if (!printer) return;
     if (prefill_bar) {
-      prefill_bar->add(static_cast<uint64_t>(prompt_tokens) - prefill_bar->done());
+      // The prompt is through when its first token comes; a request that ends without one leaves the bar as it was.
+      if (e.token >= 0) prefill_bar->add(static_cast<uint64_t>(prompt_tokens) - prefill_bar->done());
       prefill_bar.reset();  // draws its last state and a newline
     }
     if (e.token >= 0) {

@@ -1,5 +1,6 @@
 #include "kimirt/cli/value_check.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "kimirt/base/progress.h"
@@ -15,7 +16,7 @@ namespace {
 class ScaleCheck {
  public:
   ScaleCheck(quant::ScaleCode code, DType dtype)
-      : code_(code), dtype_(dtype), pieces_(static_cast<uint64_t>(dtype_bits(dtype) / 8)) {}
+      : code_(code), dtype_(dtype), pieces_(static_cast<uint64_t>(std::max(dtype_bits(dtype) / 8, 1))) {}
 
   void add(const uint8_t* data, uint64_t bytes) {
     pieces_.add(data, bytes, [this](const uint8_t* d, uint64_t elements) {

@@ -4,9 +4,9 @@
 // offers (up to GemmLtOptions::max_candidates, 3 runs each after a warm-up, on the call's own operands and
 // stream, synchronizing the host) and keeps the fastest; calls inside a graph capture or with beta = 1 keep
 // the heuristic's first choice, since timing them would be illegal or would accumulate into y. A tuned choice
-// serves every m of its bucket (the next power of two) when cuBLASLt accepts it for the exact shape: tuning stops
-// the host for each candidate, and a prefill that expands a context of a new length, or a decode batch of a new
-// size, would otherwise pay that in the middle of its step, once per length.
+// serves every m of its bucket (the next power of two; the first m tuned decides for it) when cuBLASLt accepts
+// it for the exact shape: tuning stops the host for each candidate, and a prefill that expands a context of a
+// new length, or a decode batch of a new size, would otherwise pay that in the middle of its step, once per m.
 #include "kimirt/cuda/gemm_lt.h"
 
 #include <fmt/format.h>
@@ -173,10 +173,11 @@ void choose_algo(Plan& plan, const std::vector<cublasLtMatmulHeuristicResult_t>&
   }
 }
 
-// The m whose tuning serves `m`: m itself up to 64, else the next power of two.
+// The m whose tuning serves `m`: the next power of two (decode batches 3 and 4 share one, as do prefill
+// expansions of 20000 and 30000 rows). Stacked batched calls, whose strides grow with m, still tune per m: their
+// keys differ.
 int64_t tuning_bucket(int64_t m) {
-  if (m <= 64) return m;
-  int64_t b = 64;
+  int64_t b = 1;
   while (b < m) b *= 2;
   return b;
 }

@@ -83,8 +83,9 @@ void resolve_special_stops(const text::Tokenizer& tokenizer, SamplingParams& sam
     }
     for (const text::SpecialToken& special : tokenizer.special_tokens()) {
       KIMIRT_CHECK(stop.find(special.content) == std::string::npos,
-                   "stop string \"{}\" holds the special token {} (id {}), which is not text: the string could never "
-                   "match; stop on the token alone (its text as the whole stop string, or its id)",
+                   "stop string \"{}\" holds the special token {} (id {}), which decodes to no text: the string would "
+                   "match only ordinary tokens spelling it out, never the token; stop on the token alone (its text as "
+                   "the whole stop string, or its id)",
                    stop, special.content, special.id);
     }
     kept.push_back(stop);
@@ -99,16 +100,17 @@ int64_t Engine::submit(GenerationRequest request) {
     KIMIRT_CHECK(request.prompt[i] >= 0 && request.prompt[i] < vocab,
                  "request: prompt token {} is id {}, outside the vocabulary [0, {})", i, request.prompt[i], vocab);
   }
-  // A stop id outside the vocabulary could never be sampled: the request would silently run to max_tokens.
-  for (const int32_t id : request.sampling.stop_ids) {
-    KIMIRT_CHECK(id >= 0 && id < vocab, "request: stop id {} is outside the vocabulary [0, {})", id, vocab);
-  }
-  with_context("request", [&] { request.sampling.validate(); });
   KIMIRT_CHECK(request.sampling.stop_strings.empty() || config_.tokenizer.has_value(),
                "request: stop strings need a tokenizer, and this engine has none");
   if (config_.tokenizer) {
     with_context("request: stop_strings", [&] { resolve_special_stops(*config_.tokenizer, request.sampling); });
   }
+  // A stop id outside the vocabulary could never be sampled: the request would silently run to max_tokens. (The
+  // ids of special stop strings included: a tokenizer may know more ids than the model has rows.)
+  for (const int32_t id : request.sampling.stop_ids) {
+    KIMIRT_CHECK(id >= 0 && id < vocab, "request: stop id {} is outside the vocabulary [0, {})", id, vocab);
+  }
+  with_context("request", [&] { request.sampling.validate(); });
   const int64_t need = cache_tokens_needed(request);
   const CacheConfig& cc = cache_.config();
   KIMIRT_CHECK(need <= max_request_tokens(),

@@ -2,18 +2,22 @@
 
 #include <unistd.h>
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "kimirt/base/delayed_report.h"
 #include "kimirt/base/error.h"
+#include "kimirt/base/printable.h"
 #include "kimirt/base/start_threads.h"
 #include "kimirt/base/thread_pool.h"
 #include "kimirt/comm/local_comm.h"
@@ -88,28 +92,60 @@ int local_ranks() {
   return n < 1 ? 1 : n;
 }
 
-size_t online_cpus() {
+// The CPUs the processes of this host share: the container's cpuset when there is one (sysconf counts the
+// host's, and ranks dividing those would still oversubscribe an 8-CPU container), else the online ones.
+size_t shared_cpus() {
+  for (const char* path : {"/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"}) {
+    std::ifstream file(path);
+    std::string list;
+    if (file && std::getline(file, list)) {
+      if (const size_t n = count_cpu_list(list); n > 0) return n;
+    }
+  }
   const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
   return n < 1 ? 1 : static_cast<size_t>(n);
 }
 
 }  // namespace
 
+size_t count_cpu_list(std::string_view list) {
+  size_t count = 0;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    const std::string_view item = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    unsigned long first = 0, last = 0;
+    const size_t dash = item.find('-');
+    const auto parse = [](std::string_view text, unsigned long& value) {
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      return ec == std::errc() && end == text.data() + text.size();
+    };
+    if (dash == std::string_view::npos) {
+      if (!parse(item, first)) return 0;
+      last = first;
+    } else if (!parse(item.substr(0, dash), first) || !parse(item.substr(dash + 1), last) || last < first) {
+      return 0;
+    }
+    count += last - first + 1;
+  }
+  return count;
+}
+
 size_t threads_per_process(size_t allowed, size_t online, int local_ranks) {
   const size_t share = std::max<size_t>(1, online / static_cast<size_t>(std::max(1, local_ranks)));
   return std::max<size_t>(1, std::min(allowed, share));
 }
 
-size_t default_threads() { return threads_per_process(hardware_threads(), online_cpus(), local_ranks()); }
+size_t default_threads() { return threads_per_process(hardware_threads(), shared_cpus(), local_ranks()); }
 
 std::string default_threads_note() {
   const int local = local_ranks();
-  const size_t allowed = hardware_threads(), share = threads_per_process(online_cpus(), online_cpus(), local);
+  const size_t pool = shared_cpus(), allowed = hardware_threads(), share = threads_per_process(pool, pool, local);
   if (local <= 1 || allowed >= share) return {};
   return fmt::format(
-      "kimirt: mpirun bound this process to {} of this host's {} CPUs ({} per process would share them); "
-      "mpirun --bind-to none, or --map-by slot:PE={}, gives each process more, and --threads sets the count",
-      allowed, online_cpus(), share, share);
+      "kimirt: mpirun bound this process to {} of the {} CPUs its host's processes share ({} each would share "
+      "them); mpirun --bind-to none, or --map-by slot:PE={}, gives each process more, and --threads sets the count",
+      allowed, pool, share, share);
 }
 
 RankLaunch plan_launch(Device device, int tp) {
@@ -211,7 +247,8 @@ void run_ranks(const RankLaunch& launch, const std::function<void(Comm& comm)>& 
     open_and_run();
   } catch (const std::exception& e) {
     // The other processes cannot be reached to unblock them: say what happened, then end the launch.
-    std::fprintf(stderr, "kimirt: error: rank %d of %d: %s\n", launch.process_rank, launch.world_size, e.what());
+    std::fprintf(stderr, "kimirt: error: rank %d of %d: %s\n", launch.process_rank, launch.world_size,
+                 printable(e.what()).c_str());
     std::fflush(stderr);
     MpiComm::world()->abort(1);
   }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "kimirt/comm/comm.h"
 #include "kimirt/runtime/backend_factory.h"
@@ -36,8 +37,11 @@ RankLaunch plan_launch(Device device, int tp);
 // of the host's when mpirun started several processes here (an unbound process sees every CPU, and N such
 // processes with a thread per CPU each would run N threads per core).
 size_t default_threads();
-// The pure rule: `allowed` CPUs in the process's mask, `online` on the host, `local_ranks` processes on it.
-size_t threads_per_process(size_t allowed, size_t online, int local_ranks);
+// The pure rule: `allowed` CPUs in the process's mask, `shared` CPUs that the host's processes share (its
+// container's cpuset, or its online CPUs), `local_ranks` processes on it.
+size_t threads_per_process(size_t allowed, size_t shared, int local_ranks);
+// The CPUs of a kernel CPU list ("0-3,8,10-11": 7); 0 when it is not one.
+size_t count_cpu_list(std::string_view list);
 // Empty, or a line for stderr when mpirun's binding leaves this process fewer CPUs than its share (OpenMPI binds
 // each process to one core when it starts two or fewer): how to give it more.
 std::string default_threads_note();
