@@ -201,20 +201,29 @@ TEST(Safetensors, FileTruncatedAfterOpenIsReportedNotRead) {
 // A file rewritten in place (same inode, same size: every tensor kept its shape) after open() read its header:
 // the bytes a reader took from it before and after may belong to two versions. check_unchanged() sees the new
 // modification time (set two seconds on, as file systems with coarse timestamps would not show a fast rewrite).
-TEST(Safetensors, FileRewrittenInPlaceAfterOpenIsReported) {
-  ScratchDir dir;
+// A one-tensor file at dir/t.safetensors, for the rewrite tests.
+std::filesystem::path write_one_tensor(const ScratchDir& dir) {
   SafetensorsWriter writer;
   writer.add("a", DType::kF32, {64}, pattern(256, 4));
   const auto path = dir / "t.safetensors";
   writer.write(path);
+  return path;
+}
+
+// Rewrites the first data byte of `file` in place: same inode, same size.
+void rewrite_first_data_byte(const std::filesystem::path& path, const SafetensorsFile& file) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(file.data_offset()));
+  f.put('\x7f');
+}
+
+TEST(Safetensors, FileRewrittenInPlaceAfterOpenIsReported) {
+  ScratchDir dir;
+  const auto path = write_one_tensor(dir);
   const auto file = SafetensorsFile::open(path);
   EXPECT_NO_THROW(file.check_unchanged());
   const auto written = std::filesystem::last_write_time(path);
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(file.data_offset()));
-    f.put('\x7f');
-  }
+  rewrite_first_data_byte(path, file);
   std::filesystem::last_write_time(path, written + std::chrono::seconds(2));
   EXPECT_EQ(std::filesystem::file_size(path), file.file_size());
   try {
@@ -231,20 +240,13 @@ TEST(Safetensors, FileRewrittenInPlaceAfterOpenIsReported) {
 // change time, which no program can set, still tells.
 TEST(Safetensors, FileRewrittenInPlaceWithItsOldModificationTimeIsReported) {
   ScratchDir dir;
-  SafetensorsWriter writer;
-  writer.add("a", DType::kF32, {64}, pattern(256, 4));
-  const auto path = dir / "t.safetensors";
-  writer.write(path);
+  const auto path = write_one_tensor(dir);
   // Past the coarse clock file times are taken from (a few milliseconds), so the rewrite's times differ.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const auto file = SafetensorsFile::open(path);
   const auto written = std::filesystem::last_write_time(path);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(static_cast<std::streamoff>(file.data_offset()));
-    f.put('\x7f');
-  }
+  rewrite_first_data_byte(path, file);
   std::filesystem::last_write_time(path, written);
   ASSERT_EQ(std::filesystem::last_write_time(path), written);
   try {

@@ -1,9 +1,9 @@
 #include "kimirt/base/delayed_report.h"
 
-#include "kimirt/base/printable.h"
-
 #include <cstdio>
 #include <utility>
+
+#include "kimirt/base/printable.h"
 
 namespace kimirt {
 namespace {

@@ -251,7 +251,7 @@ void run(const RunOptions& o) {
   }
   check_stop_ids(o.sampling, config.vocab_size);
   // Refused here rather than by the engine after the whole load: stop strings without a tokenizer, and ones
-  // holding a special token's text (which decodes to nothing, so they could never match).
+  // holding a special token's text among other text (runtime::resolve_special_stops).
   runtime::SamplingParams sampling = o.sampling;
   KIMIRT_CHECK(sampling.stop_strings.empty() || tokenizer.has_value(),
                "--stop needs a tokenizer ({} in {}) of the model's vocabulary; use --stop-id", text::kTiktokenModelFile,

@@ -67,11 +67,8 @@ int main(int argc, char** argv) {
     // Help and the version: status 0. A parse error: one status for every kind (CLI11 has one per kind, 105 to
     // 115), the usual 2 of a usage error, and the message prefixed as every other error of kimirt's is.
     rc = app.exit(e) == 0 ? 0 : kUsageError;
-  } catch (const kimirt::Error& e) {
+  } catch (const std::exception& e) {  // kimirt::Error and any other
     // Messages carry names read from files: shown with their control characters escaped (kimirt/base/printable.h).
-    std::fprintf(stderr, "kimirt: error: %s\n", kimirt::printable(e.what()).c_str());
-    return 1;
-  } catch (const std::exception& e) {
     std::fprintf(stderr, "kimirt: error: %s\n", kimirt::printable(e.what()).c_str());
     return 1;
   }

@@ -9,6 +9,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <sstream>
 #include <string>
 
@@ -74,8 +75,7 @@ namespace kimirt::cuda {
 // A norm's epsilon: finite and >= 0 (a negative one gives NaN rows for any row with mean(x^2) below it, a NaN one
 // NaN everywhere), checked by every norm op, naming it.
 inline void check_norm_eps(const char* op, const char* field, float eps) {
-  KIMIRT_CUDA_REQUIRE(eps >= 0.0f && eps <= 3.4028234663852886e38f, op, ": ", field, " ", eps,
-                      " must be a finite number >= 0");
+  KIMIRT_CUDA_REQUIRE(std::isfinite(eps) && eps >= 0.0f, op, ": ", field, " ", eps, " must be a finite number >= 0");
 }
 
 }  // namespace kimirt::cuda

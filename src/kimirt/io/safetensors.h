@@ -47,9 +47,9 @@ class SafetensorsFile {
   // For the loader (posix_fadvise, a second O_DIRECT descriptor on path()). Owned by this object.
   int fd() const { return fd_.get(); }
 
-  // Throws SafetensorsError kChanged, naming the file, when its size or modification time is no longer what it was
-  // when open() read its header: the file was rewritten in place, so bytes read from it may mix old and new
-  // contents. Readers call it after their last read of the file.
+  // Throws SafetensorsError kChanged, naming the file, when its stamp (io/posix_file.h: identity, size, modification
+  // and status change times) is no longer what it was when open() read its header: the file was rewritten in place,
+  // so bytes read from it may mix old and new contents. Readers call it after their last read of the file.
   void check_unchanged() const;
 
  private:

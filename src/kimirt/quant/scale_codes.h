@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "kimirt/quant/weight_format.h"
 #include "kimirt/tensor/dtype.h"
@@ -21,14 +22,14 @@ ScaleCode block_scale_code(WeightFormat format, const Component& c, DType dtype)
 // The largest float block scale whose weights all stay finite: E4M3 weights reach 448, and 448 times anything
 // larger overflows float. E8M0 codes 0xFD and 0xFE (2^126, 2^127) overflow the same way for E2M1 values of 4 and
 // 6 (0xFD) or 2 and up (0xFE).
-inline constexpr float kMaxFloatBlockScale = 3.4028234663852886e38f / 448.0f;
+inline constexpr float kMaxFloatBlockScale = std::numeric_limits<float>::max() / 448.0f;
 inline constexpr uint8_t kMaxE8m0BlockScale = 0xFC;
 // NVFP4's per-tensor scale, the same way: the group scales (E4M3, up to 448) times E2M1 values (up to 6) times
 // ModelOpt's weight_scale_2 must stay within float, as must the group scales over compressed-tensors'
 // weight_global_scale. Past these bounds the quantizer's amax (weight_scale_2 = amax / 2688, global = 2688 / amax)
 // would itself be past float.
-inline constexpr float kMaxNvfp4GlobalMultiplier = 3.4028234663852886e38f / (448.0f * 6.0f);
-inline constexpr float kMinNvfp4GlobalDivisor = (448.0f * 6.0f) / 3.4028234663852886e38f;
+inline constexpr float kMaxNvfp4GlobalMultiplier = std::numeric_limits<float>::max() / (448.0f * 6.0f);
+inline constexpr float kMinNvfp4GlobalDivisor = (448.0f * 6.0f) / std::numeric_limits<float>::max();
 
 struct ScaleCodeCount {
   // E8M0 0xFF (NaN) and codes above kMaxE8m0BlockScale; E4M3 0x7F / 0xFF and negative codes; a float that is not

@@ -1,6 +1,7 @@
 #include "kimirt/runtime/rank_group.h"
 
 #include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -131,8 +132,8 @@ size_t count_cpu_list(std::string_view list) {
   return count;
 }
 
-size_t threads_per_process(size_t allowed, size_t online, int local_ranks) {
-  const size_t share = std::max<size_t>(1, online / static_cast<size_t>(std::max(1, local_ranks)));
+size_t threads_per_process(size_t allowed, size_t shared, int local_ranks) {
+  const size_t share = std::max<size_t>(1, shared / static_cast<size_t>(std::max(1, local_ranks)));
   return std::max<size_t>(1, std::min(allowed, share));
 }
 
