@@ -53,6 +53,9 @@ void expect_same_as_host(const Opened& o, const model::ParallelMapping& mapping,
   SCOPED_TRACE(mapping.str() + ", staging " + std::to_string(staging) + ", device " + std::to_string(device));
   const model::ParamStore host = model::load_params(o.checkpoint, *o.schema, mapping, options(1ull << 30));
   const int current = current_device();
+  // The thread uses its current device, so the guards below restore it (one never used would stay unrestored:
+  // Device.AThreadThatNeverUsedItsDeviceGrowsNoContextThere).
+  KIMIRT_CUDA_CHECK(cudaFree(nullptr));
   std::optional<DeviceArena> arena;
   {
     const DeviceGuard on_device(device);

@@ -3,6 +3,7 @@
 
 #include <set>
 #include <string>
+#include <thread>
 
 #include "kimirt/base/error.h"
 #include "kimirt/cuda/stream.h"
@@ -166,12 +167,13 @@ TEST(DeviceArena, RefusesElementCountsThatWrap) {
   EXPECT_EQ(arena.step_used(), 0u);
 }
 
-// The plan's device gets the memory, whichever device is current, and the current device stays as it was
-// (also when the plan names a device that does not exist).
+// The plan's device gets the memory, whichever device is current, and the current device, which the thread has
+// used, stays as it was (also when the plan names a device that does not exist).
 TEST(DeviceArena, AllocatesOnThePlansDevice) {
   KIMIRT_REQUIRE_GPU();
   const int last = device_count() - 1;
   const int current = current_device();
+  KIMIRT_CUDA_CHECK(cudaFree(nullptr));
   MemoryPlan plan;
   plan.device = query_device(last);
   plan.persistent_bytes = 1 << 20;
@@ -188,6 +190,49 @@ TEST(DeviceArena, AllocatesOnThePlansDevice) {
   plan.device.ordinal = last + 1;
   EXPECT_THROW(DeviceArena{plan}, Error);
   EXPECT_EQ(current_device(), current);
+}
+
+// A rank's thread that asks about its GPU, or sets up an arena there, before making it current must not grow a
+// context (hundreds of MB) on device 0, a fresh thread's current device, which another rank may be sized on: the
+// guards leave the thread on the device they switched to. A thread that has used its device gets it back.
+TEST(Device, AThreadThatNeverUsedItsDeviceGrowsNoContextThere) {
+  KIMIRT_REQUIRE_TWO_GPUS();
+  // ctest runs each test in a process of its own, where nothing has used device 0 yet.
+  if (!context_unused(0)) GTEST_SKIP() << "device 0's context is already active in this process; run the test alone";
+  std::thread([] {
+    ASSERT_EQ(current_device(), 0);
+    EXPECT_GT(query_device(1).free_memory, 0u);
+    EXPECT_TRUE(context_unused(0));
+    EXPECT_EQ(current_device(), 1);
+  }).join();
+  EXPECT_FALSE(context_unused(1));
+  std::thread([] {
+    ASSERT_TRUE(context_unused(0));
+    {
+      MemoryPlan plan;
+      plan.device = query_device(1);
+      plan.persistent_bytes = 1 << 20;
+      plan.step_bytes = 1 << 20;
+      const DeviceArena arena(plan);
+      EXPECT_EQ(arena.device(), 1);
+    }
+    {
+      const DeviceGuard on_1(1);
+      KIMIRT_CUDA_CHECK(cudaFree(nullptr));
+    }
+    EXPECT_TRUE(context_unused(0));
+    EXPECT_EQ(current_device(), 1);
+  }).join();
+  std::thread([] {
+    KIMIRT_CUDA_CHECK(cudaFree(nullptr));  // device 0, now used
+    EXPECT_FALSE(context_unused(0));
+    EXPECT_EQ(query_device(1).ordinal, 1);
+    {
+      const DeviceGuard on_1(1);
+      EXPECT_EQ(current_device(), 1);
+    }
+    EXPECT_EQ(current_device(), 0);
+  }).join();
 }
 
 TEST(Device, QueryAndStreamsWork) {

@@ -868,10 +868,10 @@ TEST(Sampling, TwoRanksSampleAsOneGpu) {
     auto comm = NcclComm::create(id, 2, r, r);
     const VocabShard shard{r * size, size, total};
     // The cross step's buffers in an arena of the size it asks for: enough (it would throw), and not more than
-    // the last buffer's alignment.
+    // the one alignment unit it adds for a region that does not start on one (this fresh arena's does).
     DeviceArena arena(CommCrossShard::arena_bytes(2, shard, m + 3), 0);
     CommCrossShard cross(*comm, shard, m + 3, arena);
-    EXPECT_GT(arena.persistent_used() + kArenaAlignment, arena.persistent_capacity());
+    EXPECT_GE(arena.persistent_used() + kArenaAlignment, arena.persistent_capacity());
     EXPECT_EQ(arena.device(), r);
     Stream stream;
     const int64_t ld = size + 16, ld_full = total + 32;

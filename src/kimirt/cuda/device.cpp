@@ -22,10 +22,6 @@ int device_count() {
 
 bool gpu_available() { return device_count() > 0; }
 
-namespace {
-
-// Whether making `ordinal` current again would create its primary context (cudaSetDevice does since CUDA 12): the
-// thread had it current without ever using it, as a fresh thread has device 0. False when the driver cannot tell.
 bool context_unused(int ordinal) {
   using DeviceGet = CUresult (*)(CUdevice*, int);
   using GetState = CUresult (*)(CUdevice, unsigned int*, int*);
@@ -48,8 +44,6 @@ bool context_unused(int ordinal) {
   return device_get(&device, ordinal) == CUDA_SUCCESS && get_state(device, &flags, &active) == CUDA_SUCCESS &&
          active == 0;
 }
-
-}  // namespace
 
 DeviceInfo query_device(int ordinal) {
   const int n = device_count();

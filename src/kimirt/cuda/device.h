@@ -27,6 +27,11 @@ struct DeviceInfo {
 int device_count();
 bool gpu_available();
 
+// Whether `ordinal`'s primary context is inactive in this process, so that making it current would create it
+// (cudaSetDevice does since CUDA 12), as a fresh thread's device 0 is until something uses it. False when the
+// driver cannot tell.
+bool context_unused(int ordinal);
+
 // Throws kimirt::Error naming the ordinal when it does not exist. Leaves `ordinal` current when the thread had not
 // used its current device (see DeviceGuard), as reading the free memory needs it current.
 DeviceInfo query_device(int ordinal = 0);
