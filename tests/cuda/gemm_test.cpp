@@ -477,6 +477,34 @@ TEST(Gemm, AutotunedPlansAreReported) {
   }
 }
 
+// The plan cache holds at most max_plans plans: a full one is emptied and rebuilt on use, keeping the tuned
+// choices (the m after the clear takes the algorithm tuned at m = 100, not a tuning run of its own).
+TEST(Gemm, PlanCacheIsBoundedAndKeepsItsTunedChoices) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceBuffer ws(32 << 20);
+  GemmLt lt(ws.data(), ws.size(), GemmLtOptions{true, 16, 0, 3});
+  uint32_t seed = 41;
+  for (const int64_t m : {100, 90, 80, 70, 100, 65}) {
+    const Problem p(m, 1024, 512, seed += 2);
+    DeviceBuffer y = test::poisoned(m * 1024 * 2);
+    lt.linear_bf16(nullptr, p.dx.as<__nv_bfloat16>(), 512, p.dw.as<__nv_bfloat16>(), 512, y.data(), OutType::kBF16,
+                   1024, m, 1024, 512);
+    EXPECT_LE(p.error(y_as_float(y, OutType::kBF16, m * 1024), 1024), 4e-3) << "m=" << m;
+    EXPECT_LE(lt.cached_plans(), 3u) << "m=" << m;
+  }
+  // 100, 90, 80, then full: 70 cleared them; 100 and 65 joined it.
+  EXPECT_EQ(lt.cached_plans(), 3u);
+  const std::string text = lt.plans_text();
+  EXPECT_EQ(text.find("m=90 "), std::string::npos) << text;
+  EXPECT_NE(text.find("m=65 n=1024 k=512 batch=1 ldx=512 ldw=512 ldy=1024 (x·Wᵀ): the algorithm autotuned at m=100"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("m=70 n=1024 k=512 batch=1 ldx=512 ldw=512 ldy=1024 (x·Wᵀ): the algorithm autotuned at m=100"),
+            std::string::npos)
+      << text;
+  EXPECT_THROW(GemmLt(ws.data(), ws.size(), GemmLtOptions{true, 16, 0, 0}), Error);
+}
+
 TEST(Gemm, AccumulateIntoYAndDispatcher) {
   KIMIRT_REQUIRE_GPU();
   const DeviceInfo info = query_device(0);

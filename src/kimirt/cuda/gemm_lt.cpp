@@ -197,6 +197,7 @@ bool algo_fits(cublasLtHandle_t handle, const Plan& plan, const cublasLtMatmulAl
 }  // namespace
 
 struct LtCache {
+  uint64_t max_plans = 0;
   std::map<Key, std::unique_ptr<Plan>> plans;
   // Per key with m replaced by its tuning bucket: the algorithm tuning chose, and for which m.
   std::map<Key, std::pair<cublasLtMatmulAlgo_t, int64_t>> tuned;
@@ -206,7 +207,12 @@ struct LtCache {
   template <typename Build>
   Plan& get(const Key& key, Build&& build) {
     auto found = plans.find(key);
-    if (found == plans.end()) found = plans.emplace(key, build()).first;
+    if (found == plans.end()) {
+      auto plan = build();
+      // Cleared before the insertion, so the plan returned stays valid for the caller's one matmul.
+      if (plans.size() >= max_plans) plans.clear();
+      found = plans.emplace(key, std::move(plan)).first;
+    }
     return *found->second;
   }
 };
@@ -217,6 +223,8 @@ GemmLt::GemmLt(void* workspace, uint64_t workspace_bytes, GemmLtOptions options)
       options_(options),
       cache_(std::make_unique<LtCache>()),
       device_(current_device()) {
+  KIMIRT_CUDA_REQUIRE(options.max_plans >= 1, "GemmLt: max_plans must be at least 1");
+  cache_->max_plans = options.max_plans;
   KIMIRT_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 

@@ -37,6 +37,10 @@ struct GemmLtOptions {
   // the timing runs, which then favour algorithms that are slower when the weights stream from HBM (as
   // they do in a decode step); those keep the heuristic's first choice.
   uint64_t min_tune_bytes = uint64_t{32} << 20;
+  // Plans kept (one per exact shape, strides and alignment: a server meets every batch size and chunk length
+  // in time). When full, the plans are dropped and rebuilt on use, which costs a heuristic query, not a tuning
+  // run: the tuned choices are kept per bucket.
+  uint64_t max_plans = 4096;
 };
 
 class GemmLt {

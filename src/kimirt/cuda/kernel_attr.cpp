@@ -13,15 +13,22 @@
 namespace kimirt::cuda {
 
 void ensure_dynamic_smem(const void* kernel, int bytes) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> granted;
   int device = 0;
   KIMIRT_CUDA_CHECK(cudaGetDevice(&device));
+  // Every launch asks: a thread's own copy of what it has seen granted answers without the lock, which the
+  // rank threads of one process would otherwise take in turn on every launch.
+  thread_local std::map<std::pair<const void*, int>, int> seen;
+  int& known = seen[{kernel, device}];
+  if (known >= bytes) return;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> granted;
   std::lock_guard<std::mutex> lock(mu);
   int& have = granted[{kernel, device}];
-  if (have >= bytes) return;
-  KIMIRT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  have = bytes;
+  if (have < bytes) {
+    KIMIRT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    have = bytes;
+  }
+  known = have;
 }
 
 LaunchConfig::LaunchConfig(dim3 grid, int threads, int smem, cudaStream_t stream) {
