@@ -2,6 +2,7 @@
 // are taken, /quit ends with exit code 0; a model without a tokenizer is refused clearly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +52,26 @@ TEST(Chat, ConversationCommandsAndQuit) {
   size_t prompts = 0;
   for (size_t p = r.output.find("> "); p != std::string::npos; p = r.output.find("> ", p + 2)) ++prompts;
   EXPECT_GE(prompts, 7u) << r.output;
+}
+
+// stdout holds the replies alone, so that `chat < in > out` keeps them apart from chat's notes and prompts, which go
+// to stderr.
+TEST(Chat, StdoutHoldsTheRepliesAlone) {
+  const TinyK3 model("kimirt-chat-stdout-model");
+  ASSERT_EQ(model.made().exit_code, 0) << model.made().output;
+  const std::string cmd = "printf 'hello there\\n/system be brief\\n/bogus\\nhi\\n/reset\\n/quit\\n' | " + kKimirt +
+                          " chat -m " + model.dir().string() + " -n 6 --seed 3 --threads 1";
+  const auto both = run_shell(cmd);
+  const auto out = kimirt::test::run_command(cmd, /*with_stderr=*/false);
+  ASSERT_EQ(out.exit_code, 0) << both.output;
+  for (const char* note : {"(system message set)", "(commands: /reset", "(conversation cleared)", "ready in"}) {
+    EXPECT_NE(both.output.find(note), std::string::npos) << note << " in:\n" << both.output;
+    EXPECT_EQ(out.output.find(note), std::string::npos) << note << " in stdout:\n" << out.output;
+  }
+  // The two replies (6 tokens each) and a newline after each; no prompt before the first.
+  EXPECT_NE(out.output.rfind("> ", 0), 0u) << out.output;
+  EXPECT_FALSE(out.output.empty());
+  EXPECT_GE(std::count(out.output.begin(), out.output.end(), '\n'), 2) << out.output;
 }
 
 // Sampling flags the engine would refuse are refused when parsed, naming the flag, before a model loads (they

@@ -350,6 +350,44 @@ TEST(Inspect, DuplicateConfigKeyIsRefused) {
   fs::remove_all(dir);
 }
 
+// The vision tower that K3 releases ship beside the text model may be stored in a format no text weight uses (here a
+// compressed-tensors W4A16 int4 packing): a text model never reads it, so neither inspect nor run holds it to the
+// text model's formats. The same tensors as a text weight are an error.
+TEST(Inspect, VisionTowerWeightsAreNotHeldToTheTextFormats) {
+  const auto dir = copy_of("k3-tiny", "vision");
+  kimirt::io::SafetensorsWriter writer;
+  const std::string base = "vision_tower.blocks.0.attn.qkv";
+  writer.add(base + ".weight_packed", kimirt::DType::kI32, {4, 2}, std::vector<uint8_t>(32, 0x11));
+  writer.add(base + ".weight_scale", kimirt::DType::kBF16, {4, 1}, std::vector<uint8_t>(8, 0x3F));
+  writer.add(base + ".weight_shape", kimirt::DType::kI64, {2}, std::vector<uint8_t>(16, 0));
+  writer.write(dir / "vision.safetensors");
+  auto index = nlohmann::json::parse(std::ifstream(dir / "model.safetensors.index.json"));
+  for (const char* suffix : {".weight_packed", ".weight_scale", ".weight_shape"}) {
+    index["weight_map"][base + suffix] = "vision.safetensors";
+  }
+  std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+  auto r = run_kimirt("inspect " + dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("vision_tower"), std::string::npos) << r.output;
+  r = run_kimirt("run -m " + dir.string() + " --ids 1 -n 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+
+  // Under a name a text model reads (a layer past the config's), the same packing is refused by name.
+  kimirt::io::SafetensorsWriter text_writer;
+  const std::string text_base = "language_model.model.layers.9.self_attn.q_proj";
+  text_writer.add(text_base + ".weight_packed", kimirt::DType::kI32, {4, 2}, std::vector<uint8_t>(32, 0x11));
+  text_writer.add(text_base + ".weight_scale", kimirt::DType::kBF16, {4, 1}, std::vector<uint8_t>(8, 0x3F));
+  text_writer.write(dir / "text.safetensors");
+  for (const char* suffix : {".weight_packed", ".weight_scale"}) {
+    index["weight_map"][text_base + suffix] = "text.safetensors";
+  }
+  std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+  r = run_kimirt("inspect " + dir.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(text_base + ".weight_packed is I32"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
 TEST(Inspect, MissingTensorIsNamed) {
   // Drop one key from the index and its shard would then hold a key the index does not list; instead
   // remove a whole layer's worth from the config's view: fewer experts declared than stored is fine

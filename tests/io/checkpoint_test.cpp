@@ -316,6 +316,21 @@ TEST(Checkpoint, PathTraversalInIndexIsRefusedBeforeOpening) {
   EXPECT_NE(message.find("../evil.safetensors"), std::string::npos) << message;
 }
 
+// A tensor whose index entry is refused (a bad shard name, a value that is not a string) has that one error: the
+// shard holding it is not also said to hold a tensor the index does not list.
+TEST(Checkpoint, ARefusedIndexEntryIsItsTensorsOnlyError) {
+  ScratchDir dir;
+  auto l = good_layout();
+  l.weight_map["b"] = "../model-00001-of-00002.safetensors";
+  l.weight_map["c"] = "";
+  write_layout(dir.path(), l);
+  const auto report = validate_checkpoint_dir(dir.path());
+  ASSERT_EQ(report.errors.size(), 2u) << ::testing::PrintToString(report.errors);
+  EXPECT_NE(report.errors[0].find("weight_map[\"b\"] = \"../model-00001-of-00002.safetensors\""), std::string::npos)
+      << report.errors[0];
+  EXPECT_NE(report.errors[1].find("weight_map[\"c\"]"), std::string::npos) << report.errors[1];
+}
+
 TEST(Checkpoint, TotalSizeMismatchIsAWarning) {
   ScratchDir dir;
   auto l = good_layout();

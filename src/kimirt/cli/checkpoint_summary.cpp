@@ -50,7 +50,15 @@ void stage(std::vector<std::string>& problems, std::string_view what, Fn&& fn) {
 // with how they encode a scale, for check_values.
 std::map<std::string, quant::ScaleCode> count_weight_formats(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
   std::map<std::string, std::vector<quant::PresentTensor>> by_base;
-  for (const auto& name : checkpoint.tensor_names()) {
+  // The prefix as the schema finds it (detect_layout): the vision tower's weights, which a text model never reads,
+  // may be stored in a format no text weight uses (a W4A16 tower, say).
+  const std::vector<std::string> names = checkpoint.tensor_names();
+  const std::string prefix =
+      std::any_of(names.begin(), names.end(), [](const auto& n) { return n.starts_with("language_model."); })
+          ? "language_model."
+          : "";
+  for (const auto& name : names) {
+    if (model::text_model_ignores(name, prefix)) continue;
     std::string base, suffix;
     if (!split_component(name, &base, &suffix)) continue;
     by_base[base].push_back({suffix, checkpoint.at(name).info->dtype});

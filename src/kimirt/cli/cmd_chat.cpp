@@ -2,8 +2,8 @@
 // family's chat template (text/chat_template.h) and run through the engine; replies stream as they are
 // produced. Lines starting with '/' are commands: /reset forgets the conversation, /system TEXT sets the
 // system message, /quit (or end of input) leaves. Ctrl-C during a reply ends the reply (what was shown stays in
-// the conversation), not the session; at the prompt it ends the program as usual. One rank: the model runs in this
-// process.
+// the conversation), not the session; at the prompt it ends the program as usual. The replies go to stdout, the
+// prompt and chat's notes to stderr. One rank: the model runs in this process.
 #include <signal.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -94,6 +95,14 @@ struct ChatOptions {
 text::ChatTemplate chat_template_of(const model::ModelConfig& config) {
   return text::ChatTemplate(config.family == model::ModelFamily::kKimiK3 ? text::ChatFamily::kKimiK3
                                                                          : text::ChatFamily::kKimiLinear);
+}
+
+// Chat's own words (its notes, the prompt) go to stderr, so that stdout holds the replies alone (`chat < in >
+// out`). stdout is flushed first: where both go to one terminal or file, the reply comes before the note.
+template <typename... Args>
+void note(fmt::format_string<Args...> format, Args&&... args) {
+  std::fflush(stdout);
+  fmt::print(stderr, "{}\n", fmt::format(format, std::forward<Args>(args)...));
 }
 
 void chat(const ChatOptions& o) {
@@ -197,14 +206,14 @@ void chat(const ChatOptions& o) {
   reset();
   std::string line;
   for (;;) {
-    std::fputs("> ", stdout);
-    std::fflush(stdout);
+    std::fflush(stdout);  // the reply before the prompt, where both go to one terminal or file
+    std::fputs("> ", stderr);
     if (!std::getline(std::cin, line) || line == "/quit" || line == "/exit") break;
     if (line.empty()) continue;
     if (line == "/reset") {
       reset();
-      std::puts("(conversation cleared)");
-      if (!system.empty()) std::puts("(the system message stays; /system alone clears it)");
+      note("(conversation cleared)");
+      if (!system.empty()) note("(the system message stays; /system alone clears it)");
       continue;
     }
     if (line == "/system" || line.rfind("/system ", 0) == 0) {
@@ -216,25 +225,25 @@ void chat(const ChatOptions& o) {
       try {
         turn = shortest_turn(text);
       } catch (const Error& e) {
-        std::printf("(/system: %s; the system message is unchanged)\n", e.what());
+        note("(/system: {}; the system message is unchanged)", e.what());
         continue;
       }
       if (!fits_a_turn(turn)) {
-        std::printf(
-            "(/system: with this message one turn takes %zu tokens and a reply -n %d more, past --context "
-            "%lld; the system message is unchanged)\n",
-            turn, o.sampling.max_tokens, static_cast<long long>(o.max_context));
+        note(
+            "(/system: with this message one turn takes {} tokens and a reply -n {} more, past --context {}; the "
+            "system message is unchanged)",
+            turn, o.sampling.max_tokens, o.max_context);
         continue;
       }
       system = text;
       history.erase(std::remove_if(history.begin(), history.end(), [](const auto& m) { return m.role == "system"; }),
                     history.end());
       if (!system.empty()) history.insert(history.begin(), {"system", system, "", ""});
-      std::puts(system.empty() ? "(system message cleared)" : "(system message set)");
+      note("{}", system.empty() ? "(system message cleared)" : "(system message set)");
       continue;
     }
     if (line[0] == '/') {
-      std::puts("(commands: /reset, /system TEXT, /quit)");
+      note("(commands: /reset, /system TEXT, /quit)");
       continue;
     }
     history.push_back({"user", line, "", ""});
@@ -243,13 +252,13 @@ void chat(const ChatOptions& o) {
       request.prompt = chat_template.encode(*tokenizer, history, /*add_generation_prompt=*/true, o.thinking);
     } catch (const Error& e) {
       // Bad input (text that is not UTF-8, say) loses this line, not the conversation.
-      std::printf("(%s)\n", e.what());
+      note("({})", e.what());
       history.pop_back();
       continue;
     }
     request.sampling = sampling;
     if (!fits_a_turn(request.prompt.size())) {
-      std::printf("(the conversation no longer fits in %lld tokens: /reset)\n", static_cast<long long>(o.max_context));
+      note("(the conversation no longer fits in {} tokens: /reset)", o.max_context);
       history.pop_back();
       continue;
     }
@@ -261,7 +270,7 @@ void chat(const ChatOptions& o) {
       id = engine.submit(std::move(request));
     } catch (const Error& e) {
       // A request the engine refuses (a stop string it cannot take, say) loses this line, not the conversation.
-      std::printf("(%s)\n", e.what());
+      note("({})", e.what());
       history.pop_back();
       continue;
     }
@@ -273,10 +282,7 @@ void chat(const ChatOptions& o) {
     }
     g_replying.store(false);
     std::fputc('\n', stdout);
-    if (reason == runtime::FinishReason::kCancelled) {
-      std::fflush(stdout);  // the reply's end first, where both go to one file
-      std::fputs("(reply interrupted)\n", stderr);
-    }
+    if (reason == runtime::FinishReason::kCancelled) note("(reply interrupted)");
     KIMIRT_CHECK(reason != runtime::FinishReason::kError, "generation failed: {}", error);
     // The history keeps the reply without the markup that ended it (end of turn, EOS): the next turn renders
     // that markup itself, and as template tokens, not as text.
@@ -296,7 +302,7 @@ void chat(const ChatOptions& o) {
     history.push_back(chat_template.parse_reply(*tokenizer, reply_ids, o.thinking, ending,
                                                 cut ? std::optional<std::string_view>(shown) : std::nullopt));
   }
-  std::fputc('\n', stdout);
+  std::fputc('\n', stderr);  // ends the last prompt's line
 }
 
 const RegisterCommand kChat("chat", 20, [](CLI::App& app) {

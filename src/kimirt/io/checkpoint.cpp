@@ -209,6 +209,7 @@ class CheckpointBuilder {
       const std::string shard_name = ref.shard->path().filename().string();
       const std::string* mapped = index.file_of(ref.info->name);
       if (mapped == nullptr) {
+        if (index.left_out(ref.info->name)) continue;  // its entry's problem is reported already
         error(CheckpointError(Kind::kKeyNotInIndex, fmt::format("{}: shard {} holds tensor '{}', which the index "
                                                                 "does not list",
                                                                 label, shard_name, ref.info->name)));

@@ -63,6 +63,10 @@ const std::string* ShardIndex::file_of(std::string_view tensor) const {
   return &files_[it->file];
 }
 
+bool ShardIndex::left_out(std::string_view tensor) const {
+  return std::binary_search(left_out_.begin(), left_out_.end(), tensor, std::less<>());
+}
+
 ShardIndex ShardIndex::parse_into(std::string_view text, std::string_view label, std::vector<CheckpointError>* sink) {
   Reporter<CheckpointError> report(label, sink);
   ShardIndex index;
@@ -108,12 +112,14 @@ ShardIndex ShardIndex::parse_into(std::string_view text, std::string_view label,
     if (!value.is_string()) {
       report(Kind::kInvalidIndex,
              fmt::format("weight_map[\"{}\"] must be a file name string, not {}", name, json_excerpt(value)));
+      index.left_out_.push_back(name);
       continue;
     }
     const auto& file = value.get_ref<const std::string&>();
     std::string why;
     if (!is_plain_shard_name(file, &why)) {
       report(Kind::kBadShardName, fmt::format("weight_map[\"{}\"] = {}: {}", name, json_excerpt(value), why));
+      index.left_out_.push_back(name);
       continue;
     }
     file_ids.emplace(file, 0);
@@ -123,6 +129,7 @@ ShardIndex ShardIndex::parse_into(std::string_view text, std::string_view label,
     id = static_cast<uint32_t>(index.files_.size());
     index.files_.push_back(file);
   }
+  std::sort(index.left_out_.begin(), index.left_out_.end());
   index.entries_.reserve(good.size());
   for (const auto& [name, file] : good) index.entries_.push_back({*name, file_ids.find(*file)->second});
   return index;

@@ -35,6 +35,9 @@ class ShardIndex {
   size_t size() const { return entries_.size(); }
   // Shard file of a tensor; nullptr when the index does not list it.
   const std::string* file_of(std::string_view tensor) const;
+  // Whether the index lists `tensor` with a value that was reported and left out (not a string, a bad shard
+  // name): such a tensor is not also "missing from the index".
+  bool left_out(std::string_view tensor) const;
   // metadata.total_size when present: the writer's claim of the sum of tensor bytes.
   std::optional<uint64_t> total_size() const { return total_size_; }
   // Top-level keys other than weight_map and metadata (kept for warnings; not an error).
@@ -45,6 +48,7 @@ class ShardIndex {
 
   std::vector<std::string> files_;
   std::vector<Entry> entries_;
+  std::vector<std::string> left_out_;  // sorted
   std::optional<uint64_t> total_size_;
   std::vector<std::string> unknown_keys_;
 };

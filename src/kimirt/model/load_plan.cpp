@@ -26,15 +26,6 @@ std::string list_keys(const std::vector<std::string>& keys) {
   return out;
 }
 
-// Tensors a text model never uses: the vision tower and its projector (released with K3), with or without
-// the multimodal prefix. TRT-LLM does not report them either.
-bool ignored_key(const std::string& key, const std::string& prefix) {
-  for (const char* p : {"vision_tower.", "mm_projector."}) {
-    if (key.starts_with(p) || key.starts_with(prefix + p)) return true;
-  }
-  return false;
-}
-
 // Weights of a part the config turns off (AttnRes, the MLA output gate, the shared experts, an untied LM head):
 // the model would run without what its weights were trained with, so the config and the checkpoint disagree, an
 // error (tensors of a part no model here has, a vision tower say, are only warned about). A part's keys are
@@ -232,6 +223,13 @@ void trim(PlannedRead& r) {
 
 }  // namespace
 
+bool text_model_ignores(std::string_view key, std::string_view prefix) {
+  for (const std::string_view p : {std::string_view("vision_tower."), std::string_view("mm_projector.")}) {
+    if (key.starts_with(p) || (key.starts_with(prefix) && key.substr(prefix.size()).starts_with(p))) return true;
+  }
+  return false;
+}
+
 std::vector<CopyBlock> region_blocks(const Shape& src_shape, const quant::Region& src_region, const Shape& dst_shape,
                                      const quant::Region& dst_region, uint64_t element_bytes, uint32_t dest) {
   const size_t rank = src_shape.size();
@@ -317,7 +315,7 @@ LoadPlan LoadPlan::build(const io::Checkpoint& checkpoint, const Schema& schema,
                missing.size(), mapping.str(), list_keys(missing));
   const std::set<std::string> known = schema.all_checkpoint_keys();
   for (const auto& name : checkpoint.tensor_names()) {
-    if (!known.contains(name) && !ignored_key(name, schema.layout().prefix)) plan.unexpected_.push_back(name);
+    if (!known.contains(name) && !text_model_ignores(name, schema.layout().prefix)) plan.unexpected_.push_back(name);
   }
   if (!plan.unexpected_.empty()) refuse_parts_switched_off(schema, plan.unexpected_, known, dir);
   if (!plan.unexpected_.empty()) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kimirt/io/checkpoint.h"
@@ -25,6 +26,11 @@
 #include "kimirt/quant/scale_codes.h"
 
 namespace kimirt::model {
+
+// Tensors a text model never reads: the vision tower and its projector (released with K3), at the top level or
+// under the checkpoint's prefix (`language_model.`). Neither loaded nor reported (TRT-LLM does not report them
+// either), and `inspect` does not hold them to the text model's weight formats.
+bool text_model_ignores(std::string_view key, std::string_view prefix);
 
 // One destination tensor: a stored component (data, block scale, ...) of a held parameter, in this rank's
 // shape and the component's canonical dtype (Schema::normalize: packed FP4 as U8).
