@@ -64,7 +64,8 @@ TEST(Chat, StdoutHoldsTheRepliesAlone) {
   const auto both = run_shell(cmd);
   const auto out = kimirt::test::run_command(cmd, /*with_stderr=*/false);
   ASSERT_EQ(out.exit_code, 0) << both.output;
-  for (const char* note : {"(system message set)", "(commands: /reset", "(conversation cleared)", "ready in"}) {
+  for (const char* note : {"(system message set)", "(commands: /reset", "(conversation cleared)",
+                           "(the system message stays", "ready in"}) {
     EXPECT_NE(both.output.find(note), std::string::npos) << note << " in:\n" << both.output;
     EXPECT_EQ(out.output.find(note), std::string::npos) << note << " in stdout:\n" << out.output;
   }

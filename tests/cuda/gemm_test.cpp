@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -725,6 +726,39 @@ TEST(Gemm, Fp8BlockScaleAgainstDequantizedReference) {
     // And the quantized product stays near the bf16 product: E4M3's 3 mantissa bits give ~5% rms per term.
     EXPECT_LE(p.error(test::from_bf16(download<uint16_t>(y.data(), m * n)), n), 0.1);
   }
+}
+
+// The FP8 block-scale GEMM's plans under the same bound: a plan rebuilt after a clear takes the choice tuned for its
+// bucket (m = 64 here), not a tuning run of its own.
+TEST(Gemm, Fp8PlanCacheIsBoundedAndKeepsItsTunedChoices) {
+  KIMIRT_REQUIRE_GPU();
+  DeviceBuffer ws(64 << 20);
+  GemmLt lt(ws.data(), ws.size(), GemmLtOptions{true, 16, 0, 2});
+  uint32_t seed = 61;
+  bool tuned = false;  // whether the heuristic offered more than one algorithm to time
+  for (const int64_t m : {64, 60, 56, 64}) {
+    const Fp8Problem f(m, 256, 512, seed += 2);
+    DeviceBuffer y = test::poisoned(m * 256 * 2);
+    lt.linear_fp8(nullptr, f.xq.as<uint8_t>(), f.xs.as<float>(), f.wq.as<uint8_t>(), f.wsc.as<float>(),
+                  y.as<__nv_bfloat16>(), 256, m, 256, 512, nullptr, 0);
+    EXPECT_LE(f.deq.error(test::from_bf16(download<uint16_t>(y.data(), m * 256)), 256), 4e-3) << "m=" << m;
+    EXPECT_LE(lt.cached_plans(), 2u) << "m=" << m;
+    if (seed == 63) tuned = lt.plans_text().find("(autotuned, ") != std::string::npos;
+  }
+  const std::string text = lt.plans_text();
+  if (!tuned) {
+    // One candidate: nothing was timed, so there is no choice to keep (the bound still held above).
+    EXPECT_NE(text.find("algorithm 0 of 1"), std::string::npos) << text;
+    std::printf("note: the heuristic offers one FP8 block-scale algorithm at this shape; no tuning to keep\n");
+    return;
+  }
+  // 64 (tuned), 60, then full: 56 cleared them; 64 came back as a plan of its own.
+  EXPECT_EQ(lt.cached_plans(), 2u) << text;
+  EXPECT_EQ(text.find("m=60 "), std::string::npos) << text;
+  EXPECT_NE(text.find("FP8 block-scale GEMM m=64 n=256 k=512 ldy=256: the algorithm autotuned at m=64"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("(autotuned, "), std::string::npos) << "a plan was tuned again after the clear:\n" << text;
 }
 
 // Groups whose largest magnitude is so small that 1/scale overflows (below about 1.3e-36: bf16 holds such

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <map>
 #include <optional>
@@ -317,18 +318,22 @@ TEST(Checkpoint, PathTraversalInIndexIsRefusedBeforeOpening) {
 }
 
 // A tensor whose index entry is refused (a bad shard name, a value that is not a string) has that one error: the
-// shard holding it is not also said to hold a tensor the index does not list.
+// shard holding it, opened for the index's other entries, is not also said to hold a tensor the index does not list.
 TEST(Checkpoint, ARefusedIndexEntryIsItsTensorsOnlyError) {
   ScratchDir dir;
   auto l = good_layout();
+  l.shards["model-00001-of-00002.safetensors"].push_back("d");
   l.weight_map["b"] = "../model-00001-of-00002.safetensors";
-  l.weight_map["c"] = "";
   write_layout(dir.path(), l);
+  auto index = nlohmann::json::parse(std::ifstream(dir / "model.safetensors.index.json"));
+  index["weight_map"]["d"] = 7;
+  testing::write_file(dir / "model.safetensors.index.json", index.dump(2));
   const auto report = validate_checkpoint_dir(dir.path());
   ASSERT_EQ(report.errors.size(), 2u) << ::testing::PrintToString(report.errors);
   EXPECT_NE(report.errors[0].find("weight_map[\"b\"] = \"../model-00001-of-00002.safetensors\""), std::string::npos)
       << report.errors[0];
-  EXPECT_NE(report.errors[1].find("weight_map[\"c\"]"), std::string::npos) << report.errors[1];
+  EXPECT_NE(report.errors[1].find("weight_map[\"d\"] must be a file name string, not 7"), std::string::npos)
+      << report.errors[1];
 }
 
 TEST(Checkpoint, TotalSizeMismatchIsAWarning) {

@@ -50,15 +50,14 @@ void stage(std::vector<std::string>& problems, std::string_view what, Fn&& fn) {
 // with how they encode a scale, for check_values.
 std::map<std::string, quant::ScaleCode> count_weight_formats(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
   std::map<std::string, std::vector<quant::PresentTensor>> by_base;
-  // The prefix as the schema finds it (detect_layout): the vision tower's weights, which a text model never reads,
-  // may be stored in a format no text weight uses (a W4A16 tower, say).
-  const std::vector<std::string> names = checkpoint.tensor_names();
-  const std::string prefix =
-      std::any_of(names.begin(), names.end(), [](const auto& n) { return n.starts_with("language_model."); })
-          ? "language_model."
-          : "";
-  for (const auto& name : names) {
-    if (model::text_model_ignores(name, prefix)) continue;
+  // The vision tower's weights, which a text model never reads, may be stored in a format no text weight uses (a
+  // W4A16 tower, say).
+  const std::string prefix = model::detect_prefix(model::checkpoint_keys(checkpoint));
+  for (const auto& name : checkpoint.tensor_names()) {
+    if (model::text_model_ignores(name, prefix)) {
+      ++s.not_read;
+      continue;
+    }
     std::string base, suffix;
     if (!split_component(name, &base, &suffix)) continue;
     by_base[base].push_back({suffix, checkpoint.at(name).info->dtype});
@@ -203,6 +202,7 @@ nlohmann::json CheckpointSummary::to_json() const {
     j["shards"].push_back({{"file", sh.file}, {"bytes", sh.bytes}, {"tensors", sh.tensors}});
   j["bytes_per_dtype"] = bytes_per_dtype;
   j["weights_per_format"] = weights_per_format;
+  j["tensors_not_read"] = not_read;
   j["side_files"] = side_files;
   j["chat_template"] = chat_template;
   if (values) {
@@ -275,6 +275,10 @@ std::string CheckpointSummary::to_text() const {
     out += "  weights    ";
     for (const auto& [f, n] : weights_per_format) out += fmt::format(" {} {}", n, f);
     out += "\n";
+  }
+  if (not_read > 0) {
+    out += fmt::format("  not read    {} tensors of the vision tower and projector (a text model does not use them)\n",
+                       not_read);
   }
   if (!side_files.empty()) {
     out += "  files      ";

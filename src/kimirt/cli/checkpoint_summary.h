@@ -33,6 +33,7 @@ struct CheckpointSummary {
   uint64_t tensor_bytes = 0;
   std::map<std::string, uint64_t> bytes_per_dtype;   // "BF16" -> bytes
   std::map<std::string, size_t> weights_per_format;  // "mxfp4" -> count of weights stored so
+  size_t not_read = 0;  // tensors a text model never reads (vision tower, projector): not counted above
   uint64_t parameters = 0;                           // logical parameter count of the schema
   // The parameters with the formats the checkpoint stores them in (null when config or tensors could not be
   // read): what `inspect --device` sizes the weights from.

@@ -61,9 +61,9 @@ DeviceInfo query_device(int ordinal) {
   info.smem_per_block_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
   info.memory_bus_bits = prop.memoryBusWidth;
   KIMIRT_CUDA_CHECK(cudaDeviceGetAttribute(&info.memory_clock_khz, cudaDevAttrMemoryClockRate, ordinal));
-  // The free memory needs the device current. The previous device is made current again only when the thread
-  // has used it: a rank's thread that asks about its GPU before making it current must not grow a context (and
-  // its hundreds of MB) on GPU 0, which another rank's arena was sized on.
+  // The free memory needs the device current. The previous device is made current again only when its context
+  // is active in this process: a rank's thread that asks about its GPU before making it current must not grow a context
+  // (and its hundreds of MB) on GPU 0, which another rank's arena was sized on.
   int current = 0;
   KIMIRT_CUDA_CHECK(cudaGetDevice(&current));
   const bool restore = current != ordinal && !context_unused(current);

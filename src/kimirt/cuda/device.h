@@ -32,8 +32,8 @@ bool gpu_available();
 // driver cannot tell.
 bool context_unused(int ordinal);
 
-// Throws kimirt::Error naming the ordinal when it does not exist. Leaves `ordinal` current when the thread had not
-// used its current device (see DeviceGuard), as reading the free memory needs it current.
+// Throws kimirt::Error naming the ordinal when it does not exist. Leaves `ordinal` current when the thread's previous
+// device has no active context in this process (see DeviceGuard), as reading the free memory needs it current.
 DeviceInfo query_device(int ordinal = 0);
 
 // Multi-line human-readable description ("NVIDIA H200, sm_90, 132 SMs, 139.8 GiB (138.9 free), ...").
@@ -45,12 +45,13 @@ void require_supported(const DeviceInfo& info);
 // The current device is per thread: an object bound to one GPU, called from threads that may have another
 // current, must set it before every CUDA call it makes.
 //
-// DeviceGuard makes `ordinal` current for its lifetime, then restores the previous device if the thread has used
-// it: restoring a device whose context the thread never created would create it (cudaSetDevice does since CUDA
-// 12), and a process driving GPU 1 must not grow a context on GPU 0 (a fresh thread's current device); such a
-// thread keeps `ordinal` current. On worker threads that only ever serve one device (the loader's I/O threads)
-// use set_current_device. On a caller's thread (arena and upload set-up) it switches nothing when the caller has
-// made the device current first, as a rank's thread does: callers driving one GPU should.
+// DeviceGuard makes `ordinal` current for its lifetime, then restores the previous device unless that device's
+// primary context is inactive in this process (context_unused): restoring it would create the context
+// (cudaSetDevice does since CUDA 12), and a process driving GPU 1 must not grow one on GPU 0 (a fresh thread's
+// current device); such a thread keeps `ordinal` current. A thread whose previous device is in use, by it or by
+// another thread of the process, gets it back. On worker threads that only ever serve one device (the loader's I/O
+// threads) use set_current_device. On a caller's thread (arena and upload set-up) it switches nothing when the
+// caller has made the device current first, as a rank's thread does: callers driving one GPU should.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int ordinal);

@@ -1,12 +1,13 @@
 // cuBLASLt plans: one matmul descriptor, four layouts and an algorithm per distinct call shape, built on
 // first use and reused (descriptor creation and the heuristic query cost microseconds, a decode step makes
-// hundreds of GEMM calls). With autotuning the first call of a shape times every candidate the heuristic
-// offers (up to GemmLtOptions::max_candidates, 3 runs each after a warm-up, on the call's own operands and
-// stream, synchronizing the host) and keeps the fastest; calls inside a graph capture or with beta = 1 keep
-// the heuristic's first choice, since timing them would be illegal or would accumulate into y. A tuned choice
-// serves every m of its bucket (the next power of two; the first m tuned decides for it) when cuBLASLt accepts
-// it for the exact shape: tuning stops the host for each candidate, and a prefill that expands a context of a
-// new length, or a decode batch of a new size, would otherwise pay that in the middle of its step, once per m.
+// hundreds of GEMM calls); at most GemmLtOptions::max_plans of them, a full cache cleared and rebuilt on use. With
+// autotuning the first call of a shape times every candidate the heuristic offers (up to GemmLtOptions::max_candidates,
+// 3 runs each after a warm-up, on the call's own operands and stream, synchronizing the host) and keeps the fastest;
+// calls inside a graph capture or with beta = 1 keep the heuristic's first choice, since timing them would be illegal
+// or would accumulate into y. A tuned choice serves every m of its bucket (the next power of two; the first m tuned
+// decides for it) when cuBLASLt accepts it for the exact shape: tuning stops the host for each candidate, and a prefill
+// that expands a context of a new length, or a decode batch of a new size, would otherwise pay that in the middle of
+// its step, once per m (and again after every clear of the plans: the tuned choices outlive it). BF16 and FP8 alike.
 #include "kimirt/cuda/gemm_lt.h"
 
 #include <fmt/format.h>
@@ -199,8 +200,30 @@ bool algo_fits(cublasLtHandle_t handle, const Plan& plan, const cublasLtMatmulAl
 struct LtCache {
   uint64_t max_plans = 0;
   std::map<Key, std::unique_ptr<Plan>> plans;
-  // Per key with m replaced by its tuning bucket: the algorithm tuning chose, and for which m.
+  // Per key with m (its entry 3) replaced by its tuning bucket: the algorithm tuning chose, and for which m. Kept
+  // when the plans are cleared, so a rebuilt plan takes its choice without a timing run.
   std::map<Key, std::pair<cublasLtMatmulAlgo_t, int64_t>> tuned;
+
+  static Key bucket_of(const Key& key) {
+    Key bucket = key;
+    bucket[3] = tuning_bucket(key[3]);
+    return bucket;
+  }
+  // Gives `plan` the choice tuned for another m of its bucket when cuBLASLt takes it for the plan's exact shape.
+  bool reuse_tuned(cublasLtHandle_t handle, const Key& key, Plan& plan, size_t candidates, uint64_t workspace_bytes) {
+    const auto found = tuned.find(bucket_of(key));
+    if (found == tuned.end() || !algo_fits(handle, plan, found->second.first, workspace_bytes, plan.workspace_needed)) {
+      return false;
+    }
+    plan.algo = found->second.first;
+    plan.candidates = static_cast<int>(candidates);
+    plan.chosen = -1;
+    plan.tuned_m = found->second.second;
+    return true;
+  }
+  void remember_if_tuned(const Key& key, const Plan& plan) {
+    if (plan.tuned_us > 0) tuned[bucket_of(key)] = {plan.algo, key[3]};
+  }
 
   // The plan of `key`, made by build() on a miss. Inserted only once built: a build that throws (no
   // algorithm, a failed timing run) leaves no empty entry behind.
@@ -368,22 +391,12 @@ void GemmLt::run_bf16(cudaStream_t stream, const void* x, int64_t ldx, int64_t s
                       !capturing(stream);
     const float one = 1.0f, zero = 0.0f;
     Plan& pl = *plan;
-    Key bucket = key;
-    bucket[3] = tuning_bucket(m);
-    const auto tuned = cache_->tuned.find(bucket);
-    if (options_.autotune && tuned != cache_->tuned.end() &&
-        algo_fits(handle_, pl, tuned->second.first, workspace_bytes_, pl.workspace_needed)) {
-      pl.algo = tuned->second.first;
-      pl.candidates = static_cast<int>(candidates.size());
-      pl.chosen = -1;
-      pl.tuned_m = tuned->second.second;
-      return plan;
-    }
+    if (options_.autotune && cache_->reuse_tuned(handle_, key, pl, candidates.size(), workspace_bytes_)) return plan;
     choose_algo(pl, candidates, tune, stream, [&](const cublasLtMatmulAlgo_t& algo) {
       return cublasLtMatmul(handle_, pl.desc, &one, w, pl.a, x, pl.b, &zero, y, pl.d, y, pl.d, &algo, workspace_,
                             workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
     });
-    if (pl.tuned_us > 0) cache_->tuned[bucket] = {pl.algo, m};
+    cache_->remember_if_tuned(key, pl);
     return plan;
   });
   const float alpha = 1.0f;
@@ -465,10 +478,12 @@ void GemmLt::linear_fp8(cudaStream_t stream, const uint8_t* xq, const float* x_s
         options_.autotune && op_bytes >= static_cast<double>(options_.min_tune_bytes) && !capturing(stream);
     const float one = 1.0f, zero = 0.0f;
     Plan& pl = *plan;
+    if (options_.autotune && cache_->reuse_tuned(handle_, key, pl, candidates.size(), workspace_bytes_)) return plan;
     choose_algo(pl, candidates, tune, stream, [&](const cublasLtMatmulAlgo_t& algo) {
       return cublasLtMatmul(handle_, pl.desc, &one, wq, pl.a, xq, pl.b, &zero, d, pl.d, d, pl.d, &algo, workspace_,
                             workspace_bytes_, stream) == CUBLAS_STATUS_SUCCESS;
     });
+    cache_->remember_if_tuned(key, pl);
     return plan;
   });
   KIMIRT_CUBLAS_CHECK(

@@ -10,8 +10,9 @@
 //                  W scales: [ceil(N/128)][round_up(ceil(K/128), 4)], K-block index fastest.
 //                quantize_fp8.h writes both.
 //
-// The algorithm (and the descriptors) are cached per shape, strides and pointer alignment. By default the
-// first call of a shape autotunes: it times the heuristic's candidates on its own operands and keeps the
+// The algorithm (and the descriptors) are cached per shape, strides and pointer alignment, up to
+// GemmLtOptions::max_plans plans. By default the first call of a shape autotunes (or takes the choice tuned
+// for another m of its power-of-two bucket): it times the heuristic's candidates on its own operands and keeps the
 // fastest (gemm_lt.cpp says when it does not); warm every shape up before capturing a graph. One GemmLt per
 // stream: the workspace is shared by every call made through this object.
 #pragma once

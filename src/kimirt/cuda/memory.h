@@ -81,8 +81,8 @@ std::string memory_plan_text(const MemoryPlan& plan);
 
 class DeviceArena {
  public:
-  // Allocates plan.arena_bytes on plan.device. The current device is left as it was, unless the thread had never
-  // used it: then plan.device stays current (see DeviceGuard).
+  // Allocates plan.arena_bytes on plan.device. The current device is left as it was, unless it has no active
+  // context in this process: then plan.device stays current (see DeviceGuard).
   explicit DeviceArena(const MemoryPlan& plan);
   // A plain arena of the given sizes on the current device (tests, benchmarks).
   DeviceArena(uint64_t persistent_bytes, uint64_t step_bytes);

@@ -59,6 +59,9 @@ int swizzle_span_bytes(CUtensorMapSwizzle swizzle) {
     case CU_TENSOR_MAP_SWIZZLE_64B:
       return 64;
     case CU_TENSOR_MAP_SWIZZLE_128B:
+    case CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B:
+    case CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B_FLIP_8B:
+    case CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B:
       return 128;
     default:
       return 0;
@@ -101,22 +104,27 @@ CUtensorMap make_tensor_map(CUtensorMapDataType type, int rank, const void* base
   cuuint64_t d[5];
   cuuint64_t s[4];
   cuuint32_t b[5], elem_strides[5];
-  std::string shape;  // for a refusal the rules above did not foresee
   for (int i = 0; i < rank; ++i) {
     d[i] = dims[i];
     b[i] = box[i];
     elem_strides[i] = 1;
     if (i + 1 < rank) s[i] = strides_bytes[i];
-    shape +=
-        cat(i ? "; " : "", "dim ", dims[i], " box ", box[i], i + 1 < rank ? cat(" stride ", strides_bytes[i]) : "");
   }
   CUtensorMap map;
   const CUresult r = encode(&map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, s, b, elem_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  KIMIRT_CUDA_REQUIRE(r == CUDA_SUCCESS, "tensor map for ", what, ": cuTensorMapEncodeTiled failed (error ",
-                      static_cast<int>(r), ") for data type ", static_cast<int>(type), ", swizzle ",
-                      static_cast<int>(swizzle), ", ", shape);
+  if (r != CUDA_SUCCESS) [[unlikely]] {
+    // A refusal the rules above did not foresee: the whole shape, to compare with the driver's documentation.
+    std::string shape;
+    for (int i = 0; i < rank; ++i) {
+      shape +=
+          cat(i ? "; " : "", "dim ", dims[i], " box ", box[i], i + 1 < rank ? cat(" stride ", strides_bytes[i]) : "");
+    }
+    throw_invalid_argument(cat("tensor map for ", what, ": cuTensorMapEncodeTiled failed (error ", static_cast<int>(r),
+                               ") for data type ", static_cast<int>(type), ", swizzle ", static_cast<int>(swizzle),
+                               ", ", shape));
+  }
   return map;
 }
 

@@ -275,9 +275,13 @@ CheckpointLayout default_layout(const ModelConfig& config) {
   return {config.family == ModelFamily::kKimiK3 ? "language_model." : "", DenseMlpNaming::kMlp};
 }
 
+std::string detect_prefix(const KeyIndex& keys) {
+  return keys.any_with_prefix("language_model.") ? "language_model." : "";
+}
+
 CheckpointLayout detect_layout(const ModelConfig& config, const KeyIndex& keys) {
   CheckpointLayout layout;
-  layout.prefix = keys.any_with_prefix("language_model.") ? "language_model." : "";
+  layout.prefix = detect_prefix(keys);
   for (int64_t l = 0; l < config.num_layers; ++l) {
     if (config.is_moe_layer(l)) continue;
     const std::string p = fmt::format("{}model.layers.{}.", layout.prefix, l);

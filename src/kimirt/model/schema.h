@@ -115,6 +115,9 @@ CheckpointLayout default_layout(const ModelConfig& config);
 // From the key set: the prefix when any key starts with "language_model." (TRT-LLM's rule), the dense-MLP
 // spelling from where the first dense layer's gate_proj is; the family default for what is not there.
 CheckpointLayout detect_layout(const ModelConfig& config, const KeyIndex& keys);
+// The prefix of the text model's keys as detect_layout finds it: "language_model." when any key has it (K3's
+// multimodal releases), else "".
+std::string detect_prefix(const KeyIndex& keys);
 
 class Schema {
  public:
