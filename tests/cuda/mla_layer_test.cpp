@@ -89,6 +89,41 @@ struct Cache {
   int slot(int b, int pos) const { return b * per_seq * kPage + pos; }
 };
 
+// A prefill chunk over `cache`: sequence b has cached[b] rows there and fresh[b] new tokens (random hidden states),
+// its new rows going to the slots after its cached ones; with the CPU's expanded-path outputs and new latent rows
+// per sequence.
+struct PrefillChunk {
+  struct Host {
+    std::vector<int> cached, fresh;
+    std::vector<int32_t> cu_q{0}, cu_k{0};
+    std::vector<float> x;
+    std::vector<std::vector<float>> refs, new_latents;
+  } host;
+  int64_t tokens = 0;
+  DeviceBuffer dx, dcq, dck, ds;
+  PrefillChunk(const MlaSetup& s, const Cache& cache, std::vector<int> cached, std::vector<int> fresh, uint32_t seed) {
+    host.cached = std::move(cached), host.fresh = std::move(fresh);
+    const auto& [c, f, cu_q, cu_k, x, refs, new_latents] = host;
+    std::vector<int32_t> slots;
+    for (size_t b = 0; b < c.size(); ++b) {
+      host.cu_q.push_back(cu_q.back() + f[b]);
+      host.cu_k.push_back(cu_k.back() + c[b] + f[b]);
+      for (int i = 0; i < f[b]; ++i) slots.push_back(cache.slot(static_cast<int>(b), c[b] + i));
+    }
+    tokens = cu_q.back();
+    host.x = test::random_vec(tokens * s.hidden, seed);
+    dx = upload(test::to_bf16(host.x)), dcq = upload(host.cu_q), dck = upload(host.cu_k), ds = upload(slots);
+    for (size_t b = 0; b < c.size(); ++b) {
+      std::vector<float> ref(f[b] * s.hidden), new_latent(f[b] * 576);
+      cpu::mla_forward(s.cdims(), s.cweights(), x.data() + cu_q[b] * s.hidden, f[b],
+                       c[b] ? cache.rows(static_cast<int>(b)) : nullptr, c[b], ref.data(), new_latent.data(),
+                       cpu::MlaPath::kExpanded);
+      host.refs.push_back(std::move(ref));
+      host.new_latents.push_back(std::move(new_latent));
+    }
+  }
+};
+
 // The GEMM state of a main stream and of a side stream (each its own Linear and workspaces), and the side
 // stream's events: what a two-stream decode step needs (MlaSideStream).
 struct TwoStreams {
@@ -165,31 +200,16 @@ TEST(MlaLayer, DecodeStepMatchesCpuAbsorbedPath) {
 TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
   KIMIRT_REQUIRE_GPU();
   MlaSetup s;
-  const std::vector<int> cached = {150, 0, 70}, fresh = {30, 20, 9};
   const int batch = 3;
   Cache cache(batch, 4, 21);
-  std::vector<int32_t> cu_q = {0}, cu_k = {0}, slots;
-  for (int b = 0; b < batch; ++b) {
-    cu_q.push_back(cu_q.back() + fresh[b]);
-    cu_k.push_back(cu_k.back() + cached[b] + fresh[b]);
-    for (int i = 0; i < fresh[b]; ++i) slots.push_back(cache.slot(b, cached[b] + i));
-  }
-  const int64_t tokens = cu_q.back();
-  std::vector<float> x = test::random_vec(tokens * s.hidden, 22);
-  DeviceBuffer dx = upload(test::to_bf16(x)), dcq = upload(cu_q), dck = upload(cu_k), ds = upload(slots);
+  const PrefillChunk chunk(s, cache, {150, 0, 70}, {30, 20, 9}, 22);
+  const auto& [cached, fresh, cu_q, cu_k, x, refs, new_latents] = chunk.host;
+  const int64_t tokens = chunk.tokens;
+  const DeviceBuffer &dx = chunk.dx, &dcq = chunk.dcq, &dck = chunk.dck, &ds = chunk.ds;
   DeviceArena arena(0, 256 << 20);
   DeviceBuffer ws(32 << 20), sws(8 << 20);
   GemmLt lt(ws.data(), ws.size());
   Linear linear(lt, sws.data(), sws.size(), query_device(0).sm_count);
-  std::vector<std::vector<float>> refs, new_latents;
-  for (int b = 0; b < batch; ++b) {
-    std::vector<float> ref(fresh[b] * s.hidden), new_latent(fresh[b] * 576);
-    cpu::mla_forward(s.cdims(), s.cweights(), x.data() + cu_q[b] * s.hidden, fresh[b],
-                     cached[b] ? cache.rows(b) : nullptr, cached[b], ref.data(), new_latent.data(),
-                     cpu::MlaPath::kExpanded);
-    refs.push_back(ref);
-    new_latents.push_back(new_latent);
-  }
   // Every call appends the same rows to the same slots, so the cache the next one reads is the same.
   // The split-K workspace NaN before every call, and the step region's free bytes too except in `first` (its
   // high-water mark is measured; the same one-pass call then runs over NaN scratch in `arena`).
@@ -286,6 +306,39 @@ TEST(MlaLayer, ChunkedPrefillMatchesCpuExpandedPath) {
     }
   }
   EXPECT_EQ(download<uint16_t>(cache.dev.data(), cache.host.size()), cache_before) << "the cache was written";
+}
+
+// The prefill step at K3's 96 heads per GPU (attention-data-parallel, or one GPU): the projections' widths (q_b
+// 18432, kv_b 24576), the expansion of every context key into 96 heads' K and V and the attention's head grid at
+// the size the engine runs, in one pass and in passes of 64 keys, against the CPU's expanded path.
+TEST(MlaLayer, ChunkedPrefillAtK3HeadsMatchesCpu) {
+  KIMIRT_REQUIRE_GPU();
+  const MlaSetup s(1024, 96);
+  const int batch = 2;
+  Cache cache(batch, 3, 31);
+  const PrefillChunk chunk(s, cache, {100, 0}, {40, 17}, 32);
+  const auto& [cached, fresh, cu_q, cu_k, x, refs, new_latents] = chunk.host;
+  const int64_t tokens = chunk.tokens;
+  const DeviceBuffer &dx = chunk.dx, &dcq = chunk.dcq, &dck = chunk.dck, &ds = chunk.ds;
+  DeviceArena arena(0, 512 << 20);
+  DeviceBuffer ws(32 << 20), sws(8 << 20);
+  GemmLt lt(ws.data(), ws.size());
+  Linear linear(lt, sws.data(), sws.size(), query_device(0).sm_count);
+  for (const int64_t max_keys : {int64_t{0}, int64_t{64}}) {
+    SCOPED_TRACE("max_expanded_keys " + std::to_string(max_keys));
+    DeviceBuffer out = test::poisoned(tokens * s.hidden * 2);
+    test::poison_free_step(arena, nullptr);
+    poison(sws.data(), sws.size(), nullptr);
+    mla_prefill_step(linear, arena, nullptr, s.gdims(), s.gweights(), cache.view(), dx.as<__nv_bfloat16>(), tokens,
+                     batch, dcq.as<int32_t>(), dck.as<int32_t>(), cu_k.back(), 40, 140, ds.as<int32_t>(),
+                     out.as<__nv_bfloat16>(), false, max_keys);
+    const auto got = test::from_bf16(download<uint16_t>(out.data(), tokens * s.hidden));
+    for (int b = 0; b < batch; ++b) {
+      EXPECT_LE(test::rel_err(test::part(got, cu_q[b] * s.hidden, fresh[b] * s.hidden), refs[b]), 1e-2)
+          << "sequence " << b;
+    }
+    EXPECT_EQ(arena.step_used(), 0u) << "scratch released";
+  }
 }
 
 // The decode step is meant to be captured in a CUDA graph: no allocation or synchronization inside, every
