@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "kimirt/base/error.h"
 #include "kimirt/base/printable.h"
@@ -48,11 +49,12 @@ void stage(std::vector<std::string>& problems, std::string_view what, Fn&& fn) {
 
 // Counts the weights per format (a weight whose tensors make none is an error) and returns the block-scale tensors
 // with how they encode a scale, for check_values.
-std::map<std::string, quant::ScaleCode> count_weight_formats(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
+std::map<std::string, quant::ScaleCode> count_weight_formats(const io::Checkpoint& checkpoint,
+                                                             const model::KeyIndex& keys, CheckpointSummary& s) {
   std::map<std::string, std::vector<quant::PresentTensor>> by_base;
   // The vision tower's weights, which a text model never reads, may be stored in a format no text weight uses (a
   // W4A16 tower, say).
-  const std::string prefix = model::detect_prefix(model::checkpoint_keys(checkpoint));
+  const std::string prefix = model::detect_prefix(keys);
   for (const auto& name : checkpoint.tensor_names()) {
     if (model::text_model_ignores(name, prefix)) {
       ++s.not_read;
@@ -78,9 +80,8 @@ std::map<std::string, quant::ScaleCode> count_weight_formats(const io::Checkpoin
   return block_scales;
 }
 
-void check_against_schema(const io::Checkpoint& checkpoint, CheckpointSummary& s) {
-  auto schema = std::make_shared<const model::Schema>(
-      model::Schema::for_checkpoint(*s.config, model::checkpoint_keys(checkpoint)));
+void check_against_schema(const io::Checkpoint& checkpoint, const model::KeyIndex& keys, CheckpointSummary& s) {
+  auto schema = std::make_shared<const model::Schema>(model::Schema::for_checkpoint(*s.config, keys));
   for (const auto& p : schema->params()) s.parameters += static_cast<uint64_t>(shape_numel(p.shape));
   const auto plan = model::LoadPlan::build(checkpoint, *schema, model::ParallelMapping{});
   s.schema = std::move(schema);
@@ -114,11 +115,14 @@ CheckpointSummary summarize_checkpoint(const std::filesystem::path& dir, bool ch
       if (checkpoint.has_file(f)) s.side_files.emplace_back(f);
     }
   });
+  // One index of the keys for the two stages that ask it.
+  std::optional<model::KeyIndex> keys;
+  stage(s.errors, "tensor names", [&] { keys = model::checkpoint_keys(checkpoint); });
   std::map<std::string, quant::ScaleCode> block_scales;
-  stage(s.errors, "weight formats", [&] { block_scales = count_weight_formats(checkpoint, s); });
+  if (keys) stage(s.errors, "weight formats", [&] { block_scales = count_weight_formats(checkpoint, *keys, s); });
   stage(s.errors, config_path, [&] { s.config = model::ModelConfig::from_json(checkpoint.config(), config_path); });
   if (s.config) {
-    stage(s.errors, "the model's parameters", [&] { check_against_schema(checkpoint, s); });
+    if (keys) stage(s.errors, "the model's parameters", [&] { check_against_schema(checkpoint, *keys, s); });
     // What run and chat read beside the weights, read as they read it: a tokenizer or generation config they
     // would refuse is an error here too (inspect said "ok" for a garbage tiktoken.model).
     stage(s.errors, text::kTiktokenModelFile, [&] {
